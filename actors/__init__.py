@@ -1,0 +1,1 @@
+"""Ray actors: thin shells (actors/group.py) around plain worker classes."""

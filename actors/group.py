@@ -1,0 +1,115 @@
+"""Ray actor groups: the one place `ray.remote` is applied to the plain worker classes.
+
+Each group holds N named actors placed on the bundles of one placement group. Its
+`async_*` methods return lists of ObjectRefs; the driver decides when to `ray.get`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from orchestrator.batch import Prompt, SFTBatch, TrainBatch
+
+
+@dataclass
+class BundleSpec:
+    role: str
+    count: int
+    num_cpus: float
+    num_gpus: float
+
+
+def reserve(bundles: list[BundleSpec], strategy: str, timeout_s: float = 60.0) -> tuple[PlacementGroup, dict]:
+    """One placement group for every actor of the run; returns it and each role's first bundle index.
+
+    Fails with a clear message (instead of hanging) when the cluster cannot hold the request.
+    """
+    flat, offsets = [], {}
+    for b in bundles:
+        offsets[b.role] = len(flat)
+        res = {"CPU": b.num_cpus} | ({"GPU": b.num_gpus} if b.num_gpus else {})
+        flat.extend([res] * b.count)
+    pg = placement_group(flat, strategy=strategy, name="parallax")
+    ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
+    if not ready:
+        remove_placement_group(pg)
+        want = {k: sum(r.get(k, 0) for r in flat) for k in ("CPU", "GPU")}
+        raise RuntimeError(f"placement group of {want} not placeable within {timeout_s}s; "
+                           f"cluster has {ray.cluster_resources()}: lower *.num_cpus or raise cluster.num_cpus")
+    return pg, offsets
+
+
+class ActorGroup:
+    """N actors of one worker class, actor i on bundle offset + i, named `<prefix>/<role>_<i>`."""
+
+    def __init__(self, role: str, worker_cls: type, count: int, pg: PlacementGroup, offset: int,
+                 num_cpus: float, num_gpus: float, kwargs_for_rank: Callable[[int], dict], prefix: str):
+        remote_cls = ray.remote(worker_cls)
+        self.role = role
+        self.actors = [
+            remote_cls.options(
+                name=f"{prefix}/{role}_{i}",
+                num_cpus=num_cpus,
+                num_gpus=num_gpus,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=offset + i),
+            ).remote(**kwargs_for_rank(i))
+            for i in range(count)
+        ]
+
+    def async_call(self, method: str, *args, **kwargs) -> list[ray.ObjectRef]:
+        """The same call on every actor."""
+        return [getattr(a, method).remote(*args, **kwargs) for a in self.actors]
+
+    def __len__(self) -> int:
+        return len(self.actors)
+
+
+def _chunks(items: list, k: int) -> list[list]:
+    """Split into k contiguous, nearly equal chunks (some may be empty)."""
+    q, r = divmod(len(items), k)
+    out, i = [], 0
+    for j in range(k):
+        n = q + (1 if j < r else 0)
+        out.append(items[i : i + n])
+        i += n
+    return out
+
+
+class RolloutGroup(ActorGroup):
+    def async_generate(self, prompts: list[Prompt], n: int, seed: int, greedy: bool = False) -> list[ray.ObjectRef]:
+        """Prompts split across actors; each returns its prompts' trajectories, prompt-major."""
+        return [a.generate.remote(chunk, n, seed * 1009 + i, greedy)
+                for i, (a, chunk) in enumerate(zip(self.actors, _chunks(prompts, len(self.actors)))) if chunk]
+
+    def async_load_weights(self, state_ref: ray.ObjectRef) -> list[ray.ObjectRef]:
+        return [a.load_weights.remote(state_ref) for a in self.actors]
+
+
+class RewardActorGroup(ActorGroup):
+    def async_score(self, groups: list[Any], **kwargs) -> list[ray.ObjectRef]:
+        """Groups split across reward actors; one RewardBatch ref per non-empty chunk, in order."""
+        return [a.score.remote(chunk, **kwargs)
+                for a, chunk in zip(self.actors, _chunks(groups, len(self.actors))) if chunk]
+
+
+class LearnerGroup(ActorGroup):
+    def async_grpo_step(self, batch: TrainBatch, lr: float, temperature: float) -> list[ray.ObjectRef]:
+        world = len(self.actors)
+        tokens, seqs = int(batch.response_mask.sum()), len(batch)
+        return [a.grpo_step.remote(batch.shard(r, world), tokens, seqs, lr, temperature)
+                for r, a in enumerate(self.actors)]
+
+    def async_sft_step(self, batch: SFTBatch, lr: float) -> list[ray.ObjectRef]:
+        world = len(self.actors)
+        tokens = int(batch.loss_mask.sum())
+        return [a.sft_step.remote(batch.shard(r, world), tokens, lr) for r, a in enumerate(self.actors)]
+
+    def async_state_dict(self) -> ray.ObjectRef:
+        """Rank 0's full weights (every rank joins the gather, as ZeRO-3 requires)."""
+        return self.async_call("state_dict")[0]

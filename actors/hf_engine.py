@@ -1,0 +1,110 @@
+"""Hugging Face transformers engine: batched sampling with a KV cache (the CPU backend).
+
+A hand-written decode loop rather than `model.generate`, because the learner must score
+exactly what was sampled: we control the sampling distribution (logits / T, top-p), record
+each sampled token's logprob under it, and stop per row on EOS / stop tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from actors.engine import register_engine
+from orchestrator.batch import Completion, SamplingParams
+
+
+def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    return ids, mask  # [B, P], [B, P]
+
+
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Mask tokens outside the smallest set whose probability mass reaches top_p."""
+    sorted_logits, idx = logits.sort(dim=-1, descending=True)
+    cum = sorted_logits.softmax(-1).cumsum(-1)
+    drop = cum - sorted_logits.softmax(-1) >= top_p  # keep the token that crosses top_p
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter(-1, idx, sorted_logits)
+
+
+@register_engine("hf")
+class HFEngine:
+    """Sampling engine over a transformers causal LM on CPU (or one GPU)."""
+
+    def __init__(self, model_path: str, dtype: str = "float32", device: str = "cpu", max_batch_size: int = 256):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(device)
+        self.model.eval()
+        self.device = device
+        self.max_batch_size = max_batch_size
+        self.eos_id = self.tokenizer.eos_token_id
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
+
+    def load_weights(self, state_dict: dict[str, Any]) -> None:
+        missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
+        # Tied embeddings may be absent from the learner's dict; anything else is a bug.
+        missing = [k for k in missing if k != "lm_head.weight"]
+        if missing or unexpected:
+            raise ValueError(f"weight sync mismatch: missing={missing[:5]} unexpected={unexpected[:5]}")
+
+    def parameters_dict(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        out: list[Completion] = []
+        gen = torch.Generator().manual_seed(params.seed)
+        for i in range(0, len(prompts), self.max_batch_size):
+            out.extend(self._generate_batch(prompts[i : i + self.max_batch_size], params, gen))
+        return out
+
+    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, gen: torch.Generator):
+        ids, mask = _left_pad(prompts, self.pad_id)
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        B = ids.shape[0]
+        stops = torch.tensor(sorted({self.eos_id, *params.stop_token_ids}), device=self.device)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, P] positions ignore left padding
+        tokens = torch.zeros((B, params.max_new_tokens), dtype=torch.long)
+        logps = torch.zeros((B, params.max_new_tokens))
+        lengths = torch.full((B,), params.max_new_tokens, dtype=torch.long)
+        done = torch.zeros(B, dtype=torch.bool, device=self.device)
+        past = None
+        step_ids, step_pos = ids, pos
+        for t in range(params.max_new_tokens):
+            res = self.model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
+                             past_key_values=past, use_cache=True)
+            past = res.past_key_values
+            logits = res.logits[:, -1, :].float() / params.temperature  # [B, V]
+            if params.top_p < 1.0:
+                logits = _top_p_filter(logits, params.top_p)
+            logp = logits.log_softmax(-1)  # [B, V] the sampling distribution
+            if params.greedy:
+                nxt = logp.argmax(-1)
+            else:
+                nxt = torch.multinomial(logp.exp().cpu(), 1, generator=gen).squeeze(-1).to(self.device)
+            nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)  # [B]
+            tokens[:, t] = nxt.cpu()
+            logps[:, t] = logp.gather(-1, nxt[:, None]).squeeze(-1).cpu()
+            hit = torch.isin(nxt, stops) & ~done
+            lengths[hit.cpu()] = t + 1
+            done |= hit
+            if bool(done.all()):
+                break
+            step_ids = nxt[:, None]
+            step_pos = step_pos[:, -1:] + 1
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)  # finished rows decode pads, ignored
+        results = []
+        for b in range(B):
+            n = int(lengths[b])
+            stopped = n < params.max_new_tokens or bool(done[b])
+            results.append(Completion(tokens[b, :n].tolist(), logps[b, :n].tolist(), "stop" if stopped else "length"))
+        return results

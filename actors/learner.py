@@ -1,0 +1,146 @@
+"""Learner worker: a DeepSpeed ZeRO engine that scores trajectories and applies GRPO / SFT updates.
+
+One worker per data-parallel rank. On CPU the process group is gloo; on GPU, NCCL. Each
+rank takes an interleaved shard of the batch; losses are normalised by global token counts
+(see orchestrator/algo.py), so the update does not depend on the world size or on the
+micro-batch split. Gradient accumulation is driven explicitly: every micro-batch calls
+`backward`, the last one marks the accumulation boundary and `step()` applies the update.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from orchestrator import algo
+from orchestrator.batch import SFTBatch, TrainBatch
+from orchestrator.config import LearnerConfig
+
+
+def ds_config(cfg: LearnerConfig, dtype: str) -> dict[str, Any]:
+    """The DeepSpeed config for a learner config (accumulation is managed by the worker)."""
+    return {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": cfg.grad_clip,
+        "zero_optimization": {"stage": cfg.zero_stage},
+        "zero_allow_untested_optimizer": True,  # a plain torch AdamW: no fused-kernel build on CPU
+        "bf16": {"enabled": dtype == "bfloat16"},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+class LearnerWorker:
+    """Plain class; `actors/group.py` applies ray.remote. Rank 0 serves weights and checkpoints."""
+
+    def __init__(self, cfg: LearnerConfig, model_path: str, dtype: str, rank: int, world_size: int,
+                 master_addr: str, master_port: int, seed: int = 0):
+        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank),
+                          LOCAL_RANK="0", WORLD_SIZE=str(world_size))
+        torch.set_num_threads(cfg.torch_threads)
+        torch.manual_seed(seed)
+        import deepspeed
+        from transformers import AutoModelForCausalLM
+
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+        self.cfg, self.rank, self.world = cfg, rank, world_size
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        self.ref_model = None
+        if cfg.kl_coef > 0:
+            self.ref_model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).eval()
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+        self.engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=ds_config(cfg, dtype))
+        self.device = self.engine.device
+
+    # ---- scoring ----------------------------------------------------------------
+    def _logprobs(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  temperature: float) -> torch.Tensor:
+        logits = model(input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device)).logits
+        return algo.token_logprobs(logits, input_ids.to(self.device), temperature)  # [b, L]
+
+    @torch.no_grad()
+    def compute_logprobs(self, batch: TrainBatch, temperature: float = 1.0) -> torch.Tensor:
+        """Per-token logprobs of this rank's rows under the current policy: [B, L] (0 off-response)."""
+        self.engine.eval()
+        out = [self._logprobs(self.engine, mb.input_ids, mb.attention_mask, temperature).cpu()
+               for mb in batch.split(self.cfg.micro_batch_size)]
+        return torch.cat(out) * batch.response_mask
+
+    # ---- updates ----------------------------------------------------------------
+    def _set_lr(self, lr: float, weight_decay: float) -> None:
+        for group in self.engine.optimizer.param_groups:
+            group["lr"], group["weight_decay"] = lr, weight_decay
+
+    def grpo_step(self, batch: TrainBatch, global_tokens: int, global_seqs: int, lr: float,
+                  temperature: float = 1.0) -> dict[str, float]:
+        """One GRPO update on this rank's shard (all ranks call it together)."""
+        cfg = self.cfg
+        self.engine.train()
+        self._set_lr(lr, cfg.weight_decay)
+        norm = dict(global_tokens=global_tokens, global_seqs=global_seqs, dp_size=self.world)
+        stats: dict[str, float] = {}
+        for _ in range(cfg.ppo_epochs):
+            micro = batch.split(cfg.micro_batch_size)
+            for i, mb in enumerate(micro):
+                mask = mb.response_mask.to(self.device)
+                logp = self._logprobs(self.engine, mb.input_ids, mb.attention_mask, temperature)
+                loss, m = algo.policy_loss(
+                    logp, mb.old_logprobs.to(self.device), mb.advantages.to(self.device), mask,
+                    clip_low=cfg.clip_ratio_low, clip_high=cfg.clip_ratio_high, agg=cfg.loss_agg_mode, **norm)
+                if self.ref_model is not None:
+                    with torch.no_grad():
+                        ref = self._logprobs(self.ref_model, mb.input_ids, mb.attention_mask, temperature)
+                    kl = algo.kl_loss(logp, ref, mask, kind=cfg.kl_type, agg=cfg.loss_agg_mode, **norm)
+                    loss = loss + cfg.kl_coef * kl
+                    stats["actor/kl"] = stats.get("actor/kl", 0.0) + float(kl)
+                self.engine.set_gradient_accumulation_boundary(i == len(micro) - 1)
+                self.engine.backward(loss, scale_wrt_gas=False)
+                self.engine.step()
+                stats["actor/pg_loss"] = stats.get("actor/pg_loss", 0.0) + float(loss.detach())
+                for k, v in m.items():
+                    stats[k] = stats.get(k, 0.0) + float(v) / len(micro)
+        stats["actor/grad_norm"] = float(self.engine.get_global_grad_norm() or 0.0)
+        stats["actor/lr"] = lr
+        return stats
+
+    def sft_step(self, batch: SFTBatch, global_tokens: int, lr: float) -> dict[str, float]:
+        """One teacher-forced update: token-mean cross-entropy over completion tokens."""
+        self.engine.train()
+        self._set_lr(lr, self.cfg.sft_weight_decay)
+        total = 0.0
+        micro = batch.split(self.cfg.micro_batch_size)
+        for i, mb in enumerate(micro):
+            mask = mb.loss_mask.to(self.device)
+            logp = self._logprobs(self.engine, mb.input_ids, mb.attention_mask, 1.0)  # [b, L]
+            loss = -(logp * mask).sum() / global_tokens * self.world
+            self.engine.set_gradient_accumulation_boundary(i == len(micro) - 1)
+            self.engine.backward(loss, scale_wrt_gas=False)
+            self.engine.step()
+            total += float(loss.detach()) / self.world
+        return {"sft/loss": total, "sft/lr": lr, "sft/grad_norm": float(self.engine.get_global_grad_norm() or 0.0)}
+
+    # ---- weights ----------------------------------------------------------------
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Full (gathered) CPU weights; every rank must call it under ZeRO-3, rank 0's result is used."""
+        import deepspeed
+
+        module = self.engine.module
+        params = list(module.parameters())
+        with deepspeed.zero.GatheredParameters(params, enabled=self.cfg.zero_stage == 3):
+            return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+    def save_pretrained(self, path: str) -> None:
+        """Hugging Face checkpoint (rank 0 writes; every rank must call it under ZeRO-3)."""
+        sd = self.state_dict()
+        if self.rank == 0:
+            self.engine.module.save_pretrained(path, state_dict=sd)
+
+    def save_training_state(self, path: str) -> None:
+        """DeepSpeed checkpoint (optimizer + scheduler + model shards); collective."""
+        self.engine.save_checkpoint(path, tag="state")

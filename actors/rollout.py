@@ -1,0 +1,54 @@
+"""Rollout worker: prompts in, trajectories out, through whichever engine the config names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.engine import make_engine
+from orchestrator.batch import Prompt, SamplingParams, Trajectory
+from orchestrator.config import RolloutConfig
+
+
+class RolloutWorker:
+    """Plain class (Ray wraps it in actors/group.py); one engine per worker."""
+
+    def __init__(self, cfg: RolloutConfig, model_path: str, dtype: str = "float32"):
+        import torch
+
+        torch.set_num_threads(cfg.torch_threads)
+        self.cfg = cfg
+        self.engine = make_engine(cfg.engine, model_path=model_path, dtype=dtype, max_batch_size=cfg.max_batch_size)
+        self.tokenizer = self.engine.tokenizer
+
+    def generate(self, prompts: list[Prompt], n: int, seed: int, greedy: bool = False,
+                 max_new_tokens: int | None = None) -> list[Trajectory]:
+        """`n` samples of every prompt, grouped by prompt (prompt-major order)."""
+        params = SamplingParams(
+            max_new_tokens=max_new_tokens or self.cfg.max_new_tokens,
+            temperature=self.cfg.temperature,
+            top_p=self.cfg.top_p,
+            greedy=greedy,
+            seed=seed,
+        )
+        flat = [p for p in prompts for _ in range(n)]
+        completions = self.engine.generate([p.token_ids for p in flat], params)
+        texts = self.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=False)
+        eos = self.tokenizer.eos_token
+        return [
+            Trajectory(
+                uid=p.uid,
+                prompt_ids=p.token_ids,
+                response_ids=c.token_ids,
+                logprobs=c.logprobs,
+                finish_reason=c.finish_reason,
+                text=t.removesuffix(eos) if c.finish_reason == "stop" else t,
+            )
+            for p, c, t in zip(flat, completions, texts)
+        ]
+
+    def load_weights(self, state_dict: dict[str, Any]) -> None:
+        self.engine.load_weights(state_dict)
+
+    def get_weights(self) -> dict[str, Any]:
+        """The engine's current parameters (tests check sync against the learner's)."""
+        return self.engine.parameters_dict()

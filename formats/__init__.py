@@ -1,0 +1,78 @@
+"""Parallax parallel-trajectory contract: Parallel-R1 and Parason formats.
+
+Importable without ray, torch, vllm or xgrammar (xgrammar is imported lazily by the grammar
+compiler only).
+
+Formats (tag spellings and limits are config, see :class:`FormatSpec`)::
+
+    Parallel-R1  <Parallel> <Path>..</Path> x [min_branches, max_branches] <Summary>..</Summary> </Parallel>
+    Parason      <Parallel> <Outlines> (<Subtask>..</Subtask> | <Trial>..</Trial>) x [min, max] </Outlines>
+                 <Thread>..</Thread> x (one per entry; may nest blocks up to max_depth) </Parallel>
+
+Text outside blocks is the sequential main chain.  Free text anywhere may contain anything except a
+tag string of the format; only whitespace (" \\t\\r\\n") may sit between structural tags in a block.
+
+Public API
+----------
+Spec:      ``FormatSpec``, ``PARALLEL_R1``, ``PARASON``, ``get_spec(name, **overrides)``,
+           ``ALL_SPECIAL_TOKENS`` (every tag of both default formats, for the tokenizer).
+Tree:      ``Trajectory(nodes)`` of ``str`` and ``Block(branches, summary, gaps)``;
+           ``Branch(kind, body, outline)`` with kind ``PATH`` / ``SUBTASK`` (AND) / ``TRIAL`` (OR).
+Parse:     ``parse(text, spec, strict=True, tokenizer=None) -> ParseResult`` (``.ok``, ``.status``
+           in ``STATUSES``, ``.tree``, ``.error: ParseError`` with code, message, char and token
+           offset, ``.prefix_end``).  Never raises; linear time; depth bounded.
+Render:    ``render(tree, spec) -> str``; ``parse(render(t)).tree == t``, ``render(parse(s).tree) == s``.
+Answer:    ``final_segment(tree_or_text, spec)`` -- main-chain text after the last block closes.
+Metrics:   ``compute_metrics(tree, spec, tokenizer=None) -> Metrics`` (total / critical-path tokens,
+           speedup, eta, blocks, branches, depth, first-<Parallel> position, Subtask/Trial/Path
+           shares; units and conventions in :mod:`formats.metrics`); ``text_stats(text, spec,
+           tokenizer=None) -> dict`` (parse + metrics + valid/status/error; never raises).
+Grammar:   ``ebnf(spec) -> str`` (xgrammar EBNF, ``root ::=``), ``compile_grammar(spec, hf_tokenizer)``,
+           ``GrammarChecker(spec, hf_tokenizer).accepts(text)``.
+CLI:       ``python -m formats stats FILE.jsonl --format {parallel_r1,parason} [--tokenizer DIR]``.
+
+Example::
+
+    >>> from formats import parse, compute_metrics, final_segment
+    >>> r = parse("Go. <Parallel><Outlines><Subtask>a</Subtask><Trial>b</Trial></Outlines>"
+    ...           "<Thread>x y</Thread><Thread>z</Thread></Parallel> #### 1", "parason")
+    >>> r.ok, final_segment(r.tree)
+    (True, ' #### 1')
+    >>> m = compute_metrics(r.tree, "parason"); (m.total_tokens, m.critical_path_tokens)
+    (20, 17)
+"""
+
+from formats.grammar import GrammarChecker, compile_grammar, ebnf
+from formats.metrics import METRIC_FIELDS, Metrics, compute_metrics, text_stats
+from formats.parser import STATUSES, ParseError, ParseResult, final_segment, parse, render
+from formats.spec import ALL_SPECIAL_TOKENS, FORMAT_NAMES, PARALLEL_R1, PARASON, FormatSpec, get_spec
+from formats.tree import BRANCH_KINDS, PATH, SUBTASK, TRIAL, Block, Branch, Trajectory
+
+__all__ = [
+    "FormatSpec",
+    "PARALLEL_R1",
+    "PARASON",
+    "FORMAT_NAMES",
+    "get_spec",
+    "ALL_SPECIAL_TOKENS",
+    "Trajectory",
+    "Block",
+    "Branch",
+    "PATH",
+    "SUBTASK",
+    "TRIAL",
+    "BRANCH_KINDS",
+    "parse",
+    "render",
+    "final_segment",
+    "ParseResult",
+    "ParseError",
+    "STATUSES",
+    "Metrics",
+    "METRIC_FIELDS",
+    "compute_metrics",
+    "text_stats",
+    "ebnf",
+    "compile_grammar",
+    "GrammarChecker",
+]

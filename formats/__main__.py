@@ -1,0 +1,5 @@
+import sys
+
+from formats.cli import main
+
+sys.exit(main())

@@ -1,0 +1,160 @@
+"""Format specifications: tag spellings and structural limits for both parallel formats.
+
+A :class:`FormatSpec` is the single source of truth from which the parser, the renderer,
+the metrics and the EBNF grammars are all derived.  Tag strings and limits are config;
+override them with :func:`get_spec` (``get_spec("parason", max_depth=2)``) or
+``dataclasses.replace``.
+
+Parallel-R1::
+
+    <Parallel> <Path>...</Path> x [min_branches, max_branches] <Summary>...</Summary> </Parallel>
+
+Parason::
+
+    <Parallel> <Outlines> (<Subtask>...</Subtask> | <Trial>...</Trial>) x [min, max] </Outlines>
+               <Thread>...</Thread> x (one per outline entry) </Parallel>
+
+Tag strings must have the shape ``<Name>`` / ``</Name>``: start with ``<``, end with ``>``,
+contain no other ``<`` or ``>`` and no whitespace; tags of one format must be distinct.
+
+Only Parason nests: a ``<Thread>`` body may contain further ``<Parallel>`` blocks, up to
+``max_depth`` levels of parallel blocks in total (depth 1 = no nesting).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+__all__ = [
+    "FormatSpec",
+    "PARALLEL_R1",
+    "PARASON",
+    "FORMAT_NAMES",
+    "get_spec",
+    "ALL_SPECIAL_TOKENS",
+]
+
+FORMAT_NAMES: tuple[str, ...] = ("parallel_r1", "parason")
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    """Tag spellings and limits of one parallel-trajectory format.
+
+    ``name`` is ``"parallel_r1"`` or ``"parason"``.  Tag fields hold the full tag strings
+    (``"<Path>"``), not bare names.  Fields unused by a format (``path_*``/``summary_*`` for
+    Parason; ``outlines_*``/``subtask_*``/``trial_*``/``thread_*`` for Parallel-R1) are
+    ignored by it.  ``max_depth`` only matters for Parason (Parallel-R1 never nests).
+    """
+
+    name: str
+    parallel_open: str = "<Parallel>"
+    parallel_close: str = "</Parallel>"
+    # Parallel-R1
+    path_open: str = "<Path>"
+    path_close: str = "</Path>"
+    summary_open: str = "<Summary>"
+    summary_close: str = "</Summary>"
+    # Parason
+    outlines_open: str = "<Outlines>"
+    outlines_close: str = "</Outlines>"
+    subtask_open: str = "<Subtask>"
+    subtask_close: str = "</Subtask>"
+    trial_open: str = "<Trial>"
+    trial_close: str = "</Trial>"
+    thread_open: str = "<Thread>"
+    thread_close: str = "</Thread>"
+    # limits
+    min_branches: int = 2
+    max_branches: int = 8
+    max_depth: int = 4
+
+    def __post_init__(self) -> None:
+        if self.name not in FORMAT_NAMES:
+            raise ValueError(f"unknown format name {self.name!r}; valid names: {', '.join(FORMAT_NAMES)}")
+        if not (1 <= self.min_branches <= self.max_branches):
+            raise ValueError(
+                f"need 1 <= min_branches <= max_branches, got {self.min_branches}, {self.max_branches}"
+            )
+        if self.max_depth < 1:
+            raise ValueError(f"max_depth must be >= 1, got {self.max_depth}")
+        tags = self.tags
+        for t in tags:
+            # Every tag is '<' + name + '>' with no other '<' or '>' inside.  This keeps tag
+            # occurrences non-overlapping (so one regex scan finds them all unambiguously) and
+            # lets the grammar express "text that contains no tag" as a small regular language.
+            if (
+                not isinstance(t, str)
+                or len(t) < 3
+                or t[0] != "<"
+                or t[-1] != ">"
+                or "<" in t[1:]
+                or ">" in t[:-1]
+                or any(c.isspace() for c in t)
+            ):
+                raise ValueError(
+                    f"tag {t!r}: tags must look like '<Name>' (start with '<', end with '>', "
+                    "no other '<' or '>', no whitespace)"
+                )
+        if len(set(tags)) != len(tags):
+            raise ValueError(f"tag strings of format {self.name!r} must be distinct: {tags}")
+
+    @property
+    def is_parason(self) -> bool:
+        return self.name == "parason"
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """Every opening and closing tag this format uses, in a stable order."""
+        if self.name == "parallel_r1":
+            return (
+                self.parallel_open,
+                self.parallel_close,
+                self.path_open,
+                self.path_close,
+                self.summary_open,
+                self.summary_close,
+            )
+        return (
+            self.parallel_open,
+            self.parallel_close,
+            self.outlines_open,
+            self.outlines_close,
+            self.subtask_open,
+            self.subtask_close,
+            self.trial_open,
+            self.trial_close,
+            self.thread_open,
+            self.thread_close,
+        )
+
+
+PARALLEL_R1 = FormatSpec(name="parallel_r1")
+PARASON = FormatSpec(name="parason")
+
+_DEFAULTS = {"parallel_r1": PARALLEL_R1, "parason": PARASON}
+
+
+def get_spec(name: str, **overrides) -> FormatSpec:
+    """Default spec for ``name`` (``"parallel_r1"`` or ``"parason"``) with field overrides.
+
+    Raises ``ValueError`` for an unknown name (listing valid names) or an unknown field.
+    """
+    if name not in _DEFAULTS:
+        raise ValueError(f"unknown format name {name!r}; valid names: {', '.join(FORMAT_NAMES)}")
+    valid = {f.name for f in fields(FormatSpec)} - {"name"}
+    bad = sorted(set(overrides) - valid)
+    if bad:
+        raise ValueError(f"unknown FormatSpec field(s) {bad}; valid: {sorted(valid)}")
+    return replace(_DEFAULTS[name], **overrides) if overrides else _DEFAULTS[name]
+
+
+def _dedup(seq):
+    seen: dict[str, None] = {}
+    for s in seq:
+        seen.setdefault(s, None)
+    return tuple(seen)
+
+
+#: Every opening and closing tag of both default formats, deduplicated, stable order.
+ALL_SPECIAL_TOKENS: tuple[str, ...] = _dedup(PARALLEL_R1.tags + PARASON.tags)

@@ -1,0 +1,1 @@
+"""Parallax orchestrator: the Hydra app, the driver loop and the batch contract."""

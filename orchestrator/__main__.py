@@ -1,0 +1,43 @@
+"""Parallax: GRPO post-training that teaches a language model parallel thinking, on Ray.
+
+Algorithm choices (defaults; every one is a config override):
+* curriculum `sft_then_rl`: cold-start SFT on teacher traces, then GRPO with the reward
+  named in `reward.name` (verl's group-normalised advantages, clipped loss 0.2 / 0.28,
+  token-mean aggregation, no KL unless `learner.kl_coef > 0`);
+* rollout on Hugging Face transformers (CPU) or vLLM (GPU); learners are DeepSpeed ZeRO
+  data-parallel actors; weights go learner -> engines through Ray's object store each step;
+* the CPU default trains a tiny Qwen3-architecture model built locally on the toy world.
+
+Launch:
+    python -m orchestrator                                   # default experiment on CPU
+    python -m orchestrator +experiment=smoke                 # a few steps, for a first look
+    python -m orchestrator learner.num_actors=2 learner.zero_stage=2
+    python -m orchestrator cluster.address=auto              # attach to a running Ray cluster
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from orchestrator.config import ConfigError, register_configs, validate
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    try:
+        typed = validate(cfg)  # every value checked before Ray starts
+    except ConfigError as e:
+        print(f"parallax: config error: {e}", file=sys.stderr)
+        sys.exit(2)
+    from orchestrator.trainer import run
+
+    run(typed)
+
+
+if __name__ == "__main__":
+    main()

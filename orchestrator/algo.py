@@ -1,0 +1,102 @@
+"""GRPO math, taken from verl's core algorithms and wrapped in one small module.
+
+verl provides the group-normalised advantage, the clipped policy loss (separate low/high
+clip, dual-clip for negative advantages), loss aggregation across data-parallel ranks and
+the KL estimators; this module adapts them to Parallax's batch shapes. Note verl's GRPO
+std is the unbiased sample std (torch.std) within each uid group.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+
+def grpo_advantages(rewards: list[float], uids: list[str], norm_by_std: bool = True) -> list[float]:
+    """Group-normalised outcome advantages, one per trajectory.
+
+    >>> [round(a, 4) for a in grpo_advantages([1.0, 0.0, 1.0, 1.0], ["a", "a", "b", "b"])]
+    [0.7071, -0.7071, 0.0, 0.0]
+    """
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    scores = torch.tensor(rewards, dtype=torch.float32)[:, None]  # [B, 1]: one outcome per sequence
+    adv, _ = compute_grpo_outcome_advantage(
+        scores, torch.ones_like(scores), np.asarray(uids, dtype=object), norm_adv_by_std_in_grpo=norm_by_std
+    )
+    return adv[:, 0].tolist()
+
+
+@lru_cache(maxsize=8)
+def _actor_config(clip_low: float, clip_high: float, agg: str):
+    from verl.workers.config.actor import ActorConfig
+
+    # Only the clip and aggregation fields are read by the loss; the rest are required placeholders.
+    return ActorConfig(strategy="fsdp", rollout_n=1, clip_ratio=clip_low, clip_ratio_low=clip_low,
+                       clip_ratio_high=clip_high, ppo_micro_batch_size_per_gpu=1, loss_agg_mode=agg)
+
+
+def policy_loss(
+    logprobs: torch.Tensor,  # [b, L] current policy, response positions
+    old_logprobs: torch.Tensor,  # [b, L] engine's sampling logprobs
+    advantages: torch.Tensor,  # [b, L]
+    response_mask: torch.Tensor,  # [b, L]
+    *,
+    clip_low: float,
+    clip_high: float,
+    agg: str,
+    global_tokens: int,
+    global_seqs: int,
+    dp_size: int,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """verl's vanilla clipped PPO/GRPO loss for one micro-batch.
+
+    The loss is normalised by the *global* token (or sequence) count and multiplied by the
+    data-parallel size, so that summing micro-batch losses and averaging over ranks yields
+    exactly the global token-mean — independent of how the batch was split.
+    """
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+    cfg = _actor_config(clip_low, clip_high, agg)
+    # The config is frozen but its global_batch_info dict is the documented per-step channel.
+    cfg.global_batch_info.update(dp_size=dp_size, batch_num_tokens=global_tokens, global_batch_size=global_seqs)
+    return get_policy_loss_fn("vanilla")(old_logprobs, logprobs, advantages, response_mask, agg, cfg)
+
+
+def kl_loss(
+    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, response_mask: torch.Tensor, *, kind: str, agg: str,
+    global_tokens: int, global_seqs: int, dp_size: int,
+) -> torch.Tensor:
+    """KL(pi || pi_ref) estimate (verl's `kl_penalty`), aggregated like the policy loss."""
+    from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
+
+    kl = kl_penalty(logprobs, ref_logprobs, kl_penalty=kind)  # [b, L]
+    return agg_loss(kl, response_mask, agg, dp_size=dp_size, batch_num_tokens=global_tokens,
+                    global_batch_size=global_seqs)
+
+
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Log-probability of each token given its prefix, aligned to the token: out[:, j] = log p(x_j | x_<j).
+
+    Position 0 has no prefix and gets 0. Shapes: logits [B, L, V], input_ids [B, L] -> [B, L].
+    """
+    logp = (logits[:, :-1].float() / temperature).log_softmax(-1)  # [B, L-1, V]
+    picked = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # [B, L-1]
+    return torch.nn.functional.pad(picked, (1, 0))  # [B, L]
+
+
+def warmup_cosine(step: int, total: int, base_lr: float, warmup_ratio: float) -> float:
+    """Linear warm-up over `warmup_ratio * total` steps, then cosine decay to 0 (the paper's SFT schedule).
+
+    >>> [round(warmup_cosine(s, 10, 1.0, 0.2), 3) for s in (0, 1, 2, 6, 9)]
+    [0.5, 1.0, 1.0, 0.5, 0.038]
+    """
+    import math
+
+    warm = max(1, int(round(warmup_ratio * total))) if warmup_ratio > 0 else 0
+    if step < warm:
+        return base_lr * (step + 1) / warm
+    progress = (step - warm) / max(1, total - warm)
+    return base_lr * 0.5 * (1.0 + math.cos(math.pi * progress))

@@ -1,0 +1,237 @@
+"""Typed config schemas, registered in Hydra's ConfigStore.
+
+Every group of ``conf/`` (model, data, rollout, reward, learner, curriculum, cluster,
+logging) has a dataclass here. Hydra merges the YAML files onto these schemas, so an
+unknown key is an error at composition time; ``validate`` then builds the dataclasses
+(running each ``__post_init__``), so an invalid value is reported before Ray starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from tinylm import TinyModelConfig
+
+
+class ConfigError(ValueError):
+    """A config value is invalid; the message names the key."""
+
+
+def _check(cond: bool, key: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"{key}: {msg}")
+
+
+@dataclass
+class ModelConfig:
+    # HF directory or hub name; null builds the tiny model (tinylm) in the run directory.
+    path: str | None = None
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    # Compute dtype: float32 on CPU, bfloat16 on GPU.
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        _check(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"unknown dtype {self.dtype!r}")
+
+
+@dataclass
+class DataConfig:
+    # toyworld (synthetic, CPU scale); real datasets come with the data loaders.
+    source: str = "toyworld"
+    family: str = "mixed"
+    difficulty: int = 1
+    n_train: int = 2000
+    n_test: int = 128
+    seed: int = 0
+    # Which teacher trace the SFT stage imitates: serial | parallel_r1 | parason.
+    trace: str = "parallel_r1"
+
+    def __post_init__(self) -> None:
+        _check(self.n_train > 0 and self.n_test > 0, "data.n_train/n_test", "must be positive")
+        _check(self.trace in ("serial", "parallel_r1", "parason"), "data.trace", f"unknown trace {self.trace!r}")
+
+
+@dataclass
+class RolloutConfig:
+    # Engine backend by registry name: hf (transformers, CPU) | vllm (GPU).
+    engine: str = "hf"
+    num_actors: int = 1
+    # Generations per prompt (the GRPO group size).
+    n: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    # Prompts decoded together in one engine batch.
+    max_batch_size: int = 256
+    num_cpus: float = 0.5
+    num_gpus: float = 0.0
+    torch_threads: int = 2
+
+    def __post_init__(self) -> None:
+        _check(self.num_actors >= 1, "rollout.num_actors", "must be >= 1")
+        _check(self.n >= 1, "rollout.n", "must be >= 1")
+        _check(self.temperature > 0, "rollout.temperature", "must be > 0")
+        _check(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
+        _check(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
+
+
+@dataclass
+class RewardConfig:
+    # Reward by registry name (see `python -m rewards --help`) and its parameters.
+    name: str = "accuracy"
+    params: dict[str, Any] = field(default_factory=dict)
+    num_actors: int = 1
+    # Per-item verification timeout in seconds (sympy can hang on adversarial answers).
+    timeout_s: float = 5.0
+    num_cpus: float = 0.25
+
+
+@dataclass
+class LearnerConfig:
+    # Data-parallel learner actors (DeepSpeed world size).
+    num_actors: int = 1
+    zero_stage: int = 1
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = 1.0
+    micro_batch_size: int = 32
+    # GRPO clip range, separate low/high (DAPO/Parason use 0.2 / 0.28).
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.28
+    # token-mean | seq-mean-token-sum | seq-mean-token-mean (verl's agg_loss modes).
+    loss_agg_mode: str = "token-mean"
+    # KL to the initial (reference) policy; 0 disables it and skips the reference model.
+    kl_coef: float = 0.0
+    kl_type: str = "low_var_kl"
+    # Divide the GRPO advantage by the group std (Dr.GRPO sets false).
+    norm_adv_by_std: bool = True
+    ppo_epochs: int = 1
+    gradient_checkpointing: bool = False
+    num_cpus: float = 0.5
+    num_gpus: float = 0.0
+    torch_threads: int = 2
+    # Cold-start SFT optimiser settings (the paper: LR 1e-5, wd 0.01, warm-up 0.1, cosine).
+    sft_lr: float = 3e-3
+    sft_weight_decay: float = 0.01
+    sft_warmup_ratio: float = 0.1
+
+    def __post_init__(self) -> None:
+        _check(self.num_actors >= 1, "learner.num_actors", "must be >= 1")
+        _check(self.zero_stage in (0, 1, 2, 3), "learner.zero_stage", f"must be 0-3, got {self.zero_stage}")
+        _check(self.lr > 0 and self.sft_lr > 0, "learner.lr/sft_lr", "must be > 0")
+        _check(self.micro_batch_size >= 1, "learner.micro_batch_size", "must be >= 1")
+        for key in ("clip_ratio_low", "clip_ratio_high"):
+            v = getattr(self, key)
+            _check(0 < v <= 1, f"learner.{key}", f"must be in (0, 1], got {v}")
+        _check(self.loss_agg_mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"),
+               "learner.loss_agg_mode", f"unknown mode {self.loss_agg_mode!r}")
+        _check(self.kl_coef >= 0, "learner.kl_coef", "must be >= 0")
+        _check(0 <= self.sft_warmup_ratio < 1, "learner.sft_warmup_ratio", "must be in [0, 1)")
+
+
+@dataclass
+class TrainerConfig:
+    # Cold-start SFT steps before RL (0 skips SFT).
+    sft_steps: int = 60
+    sft_batch_size: int = 64
+    # RL steps and prompts per step (batch = prompts_per_step x rollout.n trajectories).
+    rl_steps: int = 20
+    prompts_per_step: int = 16
+    # Evaluate held-out accuracy after each stage on data.n_test problems (greedy).
+    eval_after_stage: bool = True
+    # Save a checkpoint every N RL steps (0: only at the end).
+    save_every: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check(self.sft_steps >= 0, "trainer.sft_steps", "must be >= 0")
+        _check(self.rl_steps >= 0, "trainer.rl_steps", "must be >= 0")
+        _check(self.sft_batch_size >= 1, "trainer.sft_batch_size", "must be >= 1 (a batch size)")
+        _check(self.prompts_per_step >= 1, "trainer.prompts_per_step", "must be >= 1 (a batch size)")
+        _check(self.save_every >= 0, "trainer.save_every", "must be >= 0")
+
+
+@dataclass
+class ClusterConfig:
+    # Ray address of an existing cluster ("auto", "ray://host:10001"); null starts a local one.
+    address: str | None = None
+    # Logical CPUs of a local cluster; more than physical so fractional actors never deadlock.
+    num_cpus: int = 4
+    include_dashboard: bool = True
+    # The dashboard binds to loopback only; tunnel with `ssh -L 8265:127.0.0.1:8265` to watch remotely.
+    dashboard_host: str = "127.0.0.1"
+    placement_strategy: str = "PACK"
+
+    def __post_init__(self) -> None:
+        _check(self.num_cpus >= 1, "cluster.num_cpus", "must be >= 1")
+        _check(self.placement_strategy in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
+               "cluster.placement_strategy", f"unknown strategy {self.placement_strategy!r}")
+
+
+@dataclass
+class LoggingConfig:
+    # W&B mode: offline (default; `wandb sync` later) | online | disabled.
+    wandb_mode: str = "offline"
+    project: str = "parallax"
+    group: str | None = None
+    run_name: str | None = None
+    progress_bar: bool = True
+    # Print a metrics line every N steps.
+    print_every: int = 1
+
+    def __post_init__(self) -> None:
+        _check(self.wandb_mode in ("offline", "online", "disabled"), "logging.wandb_mode",
+               f"unknown mode {self.wandb_mode!r}")
+
+
+@dataclass
+class CurriculumConfig:
+    # Curriculum by registry name; the state machine owns stage order and reward schedules.
+    name: str = "sft_then_rl"
+
+
+@dataclass
+class ParallaxConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    # Run directory (Hydra's output dir by default): checkpoints, W&B files, summary.json.
+    run_dir: str = "runs/default"
+
+    def __post_init__(self) -> None:
+        per_step = self.trainer.prompts_per_step * self.rollout.n
+        _check(per_step % self.learner.num_actors == 0, "trainer.prompts_per_step",
+               f"prompts_per_step x rollout.n = {per_step} must divide by learner.num_actors")
+
+
+def register_configs() -> None:
+    """Register the schema so that `conf/config.yaml` can name it in its defaults list."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="parallax_schema", node=ParallaxConfig)
+
+
+def validate(cfg: DictConfig) -> ParallaxConfig:
+    """Turn a composed config into typed dataclasses, running every value check.
+
+    Raises ``ConfigError`` naming the offending key; nothing heavy has started yet.
+    """
+    try:
+        obj = OmegaConf.to_object(cfg)
+    except ConfigError:
+        raise
+    except Exception as e:  # OmegaConf type errors: wrong type for a field
+        raise ConfigError(f"invalid config: {e}") from e
+    assert isinstance(obj, ParallaxConfig)
+    return obj

@@ -1,0 +1,85 @@
+"""Prompts, SFT examples and the learner's padded tensors.
+
+Pure functions between the dataset, the tokenizer and the batch contract. The driver owns
+no tensor code beyond calling these.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import torch
+
+from orchestrator.batch import Prompt, SFTBatch, TrainBatch, Trajectory
+from orchestrator.config import DataConfig
+
+
+def load_problems(cfg: DataConfig) -> tuple[list, list]:
+    """Train and held-out problems for the configured source."""
+    if cfg.source == "toyworld":
+        import toyworld
+
+        return toyworld.make_splits(cfg.n_train, cfg.n_test, cfg.seed, cfg.difficulty, family=cfg.family)
+    raise ValueError(f"data.source={cfg.source!r} is not available yet; valid: toyworld")
+
+
+def tokenizer_corpus(cfg: DataConfig) -> list[str]:
+    """Text the tiny tokenizer is trained on (the toy world's prompts and all trace kinds)."""
+    import toyworld
+
+    return toyworld.corpus(2000, cfg.seed)
+
+
+def to_prompts(problems: list, tokenizer) -> list[Prompt]:
+    ids = tokenizer([p.prompt for p in problems], add_special_tokens=False)["input_ids"]
+    return [Prompt(uid=p.uid, text=p.prompt, token_ids=i, ground_truth=p.answer, meta={"family": p.family})
+            for p, i in zip(problems, ids)]
+
+
+def batches(items: list, size: int, seed: int) -> Iterator[list]:
+    """Endless shuffled mini-batches: each epoch is a new permutation (deterministic per seed)."""
+    rng = random.Random(seed)
+    epoch = list(items)
+    while True:
+        rng.shuffle(epoch)
+        for i in range(0, len(epoch) - size + 1, size):
+            yield epoch[i : i + size]
+
+
+def _pad(rows: list[list], value, dtype) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), value, dtype=dtype)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r, dtype=dtype)
+    return out
+
+
+def sft_batch(problems: list, trace: str, tokenizer) -> SFTBatch:
+    """Prompt + teacher trace + EOS; the loss covers the trace and EOS only (completion-only)."""
+    prompts = tokenizer([p.prompt for p in problems], add_special_tokens=False)["input_ids"]
+    targets = tokenizer([p.traces[trace] for p in problems], add_special_tokens=False)["input_ids"]
+    rows = [p + t + [tokenizer.eos_token_id] for p, t in zip(prompts, targets)]
+    loss = [[0.0] * len(p) + [1.0] * (len(t) + 1) for p, t in zip(prompts, targets)]
+    ids = _pad(rows, tokenizer.pad_token_id, torch.long)
+    mask = _pad([[1] * len(r) for r in rows], 0, torch.long)
+    return SFTBatch(ids, mask, _pad(loss, 0.0, torch.float32))
+
+
+def train_batch(trajs: list[Trajectory], advantages: list[float], pad_id: int) -> TrainBatch:
+    """Right-padded prompt+response rows with the engine's logprobs and broadcast advantages.
+
+    Response token j of a row sits at column len(prompt) + j; `old_logprobs` and the learner's
+    `token_logprobs` use the same alignment (column = the token being scored).
+    """
+    rows = [t.prompt_ids + t.response_ids for t in trajs]
+    resp = [[0.0] * len(t.prompt_ids) + [1.0] * len(t.response_ids) for t in trajs]
+    old = [[0.0] * len(t.prompt_ids) + list(t.logprobs) for t in trajs]
+    adv = [[0.0] * len(t.prompt_ids) + [a] * len(t.response_ids) for t, a in zip(trajs, advantages)]
+    return TrainBatch(
+        input_ids=_pad(rows, pad_id, torch.long),
+        attention_mask=_pad([[1] * len(r) for r in rows], 0, torch.long),
+        response_mask=_pad(resp, 0.0, torch.float32),
+        old_logprobs=_pad(old, 0.0, torch.float32),
+        advantages=_pad(adv, 0.0, torch.float32),
+    )

@@ -1,0 +1,75 @@
+"""Metrics out: W&B (offline by default), a console line per step, a progress bar."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config import LoggingConfig
+
+
+class Timer:
+    """Collects `timing/<phase>` seconds for one step."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times[f"timing/{phase}"] = self.times.get(f"timing/{phase}", 0.0) + time.perf_counter() - t0
+
+
+_CONSOLE_KEYS = ("curriculum/stage", "sft/loss", "reward/mean", "reward/acc", "parallel/ratio",
+                 "response/length", "actor/pg_loss", "timing/step")
+
+
+class Logger:
+    def __init__(self, cfg: LoggingConfig, run_dir: Path, config: dict[str, Any], total_steps: int,
+                 run_id: str | None = None):
+        import wandb
+        from tqdm import tqdm
+
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.jsonl = (run_dir / "metrics.jsonl").open("a")
+        self.run = wandb.init(project=cfg.project, group=cfg.group, name=cfg.run_name, dir=str(run_dir),
+                              mode=cfg.wandb_mode, config=config, id=run_id, resume="allow")
+        self.bar = tqdm(total=total_steps, desc="parallax", disable=not cfg.progress_bar, dynamic_ncols=True)
+
+    @property
+    def run_id(self) -> str:
+        return self.run.id
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        self.run.log(metrics, step=step)
+        self.jsonl.write(json.dumps({"step": step, **metrics}) + "\n")
+        self.jsonl.flush()
+        self.bar.update(1)
+        if self.cfg.print_every and step % self.cfg.print_every == 0:
+            shown = {k.split("/")[-1]: metrics[k] for k in _CONSOLE_KEYS if k in metrics}
+            self.bar.write(f"step {step:4d} " + " ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
+
+    def log_table(self, name: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
+        """Sample generations, visible in W&B (users ask for them)."""
+        import wandb
+
+        self.run.log({name: wandb.Table(columns=columns, data=rows)}, step=step)
+
+    def write(self, msg: str) -> None:
+        self.bar.write(msg)
+
+    def close(self, summary: dict[str, Any]) -> None:
+        for k, v in summary.items():
+            self.run.summary[k] = v
+        self.bar.close()
+        self.jsonl.close()
+        self.run.finish()

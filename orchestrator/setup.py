@@ -1,0 +1,90 @@
+"""Start (or attach to) the Ray cluster and create the run's actor groups.
+
+Implementations are chosen here, once: the engine backend, the reward, the weight-sync
+path. The driver loop then only calls group methods.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from actors.group import BundleSpec, LearnerGroup, RewardActorGroup, RolloutGroup, reserve
+from actors.weight_sync import WeightSync, make_weight_sync
+from orchestrator.config import ClusterConfig, ParallaxConfig
+
+REPO_ROOT = str(Path(__file__).resolve().parents[1])
+
+
+def start_cluster(cfg: ClusterConfig) -> None:
+    """Local cluster by default (dashboard on loopback), or attach to `cluster.address`."""
+    env = {"TOKENIZERS_PARALLELISM": "false", "WANDB_SILENT": "true",
+           "PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)}
+    if not _has_cuda():
+        env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed would otherwise probe for CUDA and warn
+    if ray.is_initialized():
+        return
+    if cfg.address:
+        ray.init(address=cfg.address, runtime_env={"env_vars": env}, log_to_driver=True)
+    else:
+        ray.init(num_cpus=cfg.num_cpus, include_dashboard=cfg.include_dashboard,
+                 dashboard_host=cfg.dashboard_host, runtime_env={"env_vars": env}, log_to_driver=True)
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@ray.remote(num_cpus=0)
+def _rendezvous() -> tuple[str, int]:
+    """Runs on rank 0's node: its IP and a free port for torch.distributed."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    return ray.util.get_node_ip_address(), port
+
+
+@dataclass
+class Groups:
+    rollout: RolloutGroup
+    reward: RewardActorGroup
+    learner: LearnerGroup
+    sync: WeightSync
+    placement_group: object
+
+
+def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
+    """Reserve one placement group and create the rollout, reward and learner actors on it."""
+    from actors.learner import LearnerWorker
+    from actors.reward_worker import RewardWorker
+    from actors.rollout import RolloutWorker
+
+    r, w, lcfg = cfg.rollout, cfg.reward, cfg.learner
+    pg, off = reserve([
+        BundleSpec("rollout", r.num_actors, r.num_cpus, r.num_gpus),
+        BundleSpec("reward", w.num_actors, w.num_cpus, 0.0),
+        BundleSpec("learner", lcfg.num_actors, lcfg.num_cpus, lcfg.num_gpus),
+    ], cfg.cluster.placement_strategy)
+    sync = make_weight_sync("object_store")
+    prefix = f"parallax/{run_name}"
+    addr, port = ray.get(_rendezvous.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, placement_group_bundle_index=off["learner"])).remote())
+    learner = LearnerGroup(
+        "learner", LearnerWorker, lcfg.num_actors, pg, off["learner"], lcfg.num_cpus, lcfg.num_gpus,
+        lambda i: dict(cfg=lcfg, model_path=model_path, dtype=cfg.model.dtype, rank=i,
+                       world_size=lcfg.num_actors, master_addr=addr, master_port=port, seed=cfg.trainer.seed),
+        prefix)
+    rollout = RolloutGroup(
+        "rollout", RolloutWorker, r.num_actors, pg, off["rollout"], r.num_cpus, r.num_gpus,
+        lambda i: dict(cfg=r, model_path=model_path, dtype=cfg.model.dtype), prefix)
+    reward = RewardActorGroup(
+        "reward", RewardWorker, w.num_actors, pg, off["reward"], w.num_cpus, 0.0,
+        lambda i: dict(reward=w.name, params=dict(w.params), workers=1, timeout_s=w.timeout_s), prefix)
+    return Groups(rollout, reward, learner, sync, pg)

@@ -1,0 +1,156 @@
+"""Turn completion texts into analysed :class:`~rewards.types.Sample` records.
+
+Per text, in the calling process (cheap, linear time, never raises):
+
+1. parse with the format package (``formats.parse``, lenient) and compute its metrics
+   (``formats.compute_metrics``) -> :class:`TrajStats`.  A malformed/truncated text gets
+   ``valid=False`` and the metrics of its longest valid prefix (so ``n_blocks`` counts the
+   well-formed parallel units it does contain);
+2. the *final part* = main-chain text after the last join (``formats.final_segment``) of
+   the valid tree, or of the valid prefix for a malformed text (an answer inside a branch or
+   after a broken block never counts);
+3. answer extraction (:mod:`rewards.extract`) and the exact fast path (:mod:`rewards.verify`).
+
+Whatever the fast path leaves undecided (and every DAPO-mode item) is a :class:`SlowJob`
+for :func:`rewards.verify.slow_verify`, run in a :class:`~rewards.pool.TimeoutPool` by
+:func:`analyze_group` (or in-process when no pool is given: tests, quick CLI use).
+
+Example:
+    >>> s = analyze_group(["6*7 is 42. #### 42"], "42", AnalysisOptions("parallel_r1"))[0]
+    >>> s.correct, s.pred, s.format_valid, s.has_parallel
+    (True, '42', True, False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from formats import get_spec
+from formats.metrics import compute_metrics
+from formats.parser import final_segment, parse
+from rewards.extract import extract_answer
+from rewards.pool import Outcome, TimeoutPool
+from rewards.types import Sample, TrajStats
+from rewards.verify import MAX_ANSWER_CHARS, fast_verdict, slow_verify
+
+__all__ = ["AnalysisOptions", "SlowJob", "analyze_fast", "analyze_group", "run_slow", "trajectory_stats"]
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """What to compute: trajectory ``format``, answer ``verifier``, whether to verify answers
+    (``need_accuracy``) and keep metrics/trees (``need_parse``); an optional HF ``tokenizer``
+    makes token counts real tokens instead of words."""
+
+    format: str = "parallel_r1"
+    verifier: str = "math_verify"
+    need_accuracy: bool = True
+    need_parse: bool = True
+    tokenizer: Any = None
+
+
+@dataclass(frozen=True)
+class SlowJob:
+    """Arguments of :func:`rewards.verify.slow_verify` for one sample."""
+
+    index: int
+    pred: str | None
+    gold: str
+    verifier: str
+    final_text: str
+
+    def args(self) -> tuple[Any, ...]:
+        return (self.pred, self.gold, self.verifier, self.final_text)
+
+
+def trajectory_stats(text: str, fmt: str, tokenizer: Any = None) -> tuple[TrajStats, Any, str]:
+    """``(stats, tree, final_part)`` of one text through the format package.
+
+    >>> # words: a(1) <Parallel>(1) 2 paths(3+3) summary(3) </Parallel>(1) "#### 3"(2) = 14; T = 14 - 6 + 3
+    >>> st, _, final = trajectory_stats("a <Parallel><Path>x</Path><Path>y</Path>"
+    ...                                 "<Summary>s</Summary></Parallel> #### 3", "parallel_r1")
+    >>> (st.valid, st.n_blocks, st.total_tokens, st.critical_tokens, final)
+    (True, 1, 14, 11, ' #### 3')
+    """
+    spec = get_spec(fmt)
+    res = parse(text, spec, strict=False)
+    tree = res.tree
+    m = compute_metrics(tree, spec, tokenizer)
+    if spec.is_parason:
+        sub, trial = m.subtask_share, m.trial_share
+    else:  # Parallel-R1 paths are neither AND nor OR branches
+        sub, trial = 0.0, 0.0
+    stats = TrajStats(
+        total_tokens=m.total_tokens,
+        critical_tokens=m.critical_path_tokens,
+        sub_share=sub,
+        trial_share=trial,
+        eta=m.eta,
+        n_blocks=m.num_blocks,
+        valid=res.ok,
+    )
+    return stats, tree, final_segment(tree, spec) or ""
+
+
+def analyze_fast(index: int, text: str, gold: str, opts: AnalysisOptions) -> tuple[Sample, SlowJob | None]:
+    """In-process analysis of one text; returns the sample and the slow job still to run
+    (``None`` when decided).  A non-str text gives ``Sample(error="bad_input")``."""
+    if not isinstance(text, str):
+        return Sample(error="bad_input"), None
+    stats, tree, final = trajectory_stats(text, opts.format, opts.tokenizer)
+    keep = opts.need_parse
+    sample = Sample(stats=stats, tree=tree if keep else None)
+    if not opts.need_accuracy:
+        return sample, None
+    pred = extract_answer(final)
+    sample = replace(sample, pred=pred)
+    if opts.verifier == "dapo":
+        return sample, SlowJob(index, pred, gold, "dapo", final)
+    if pred is None or len(pred) > MAX_ANSWER_CHARS:
+        return sample, None
+    verdict = fast_verdict(pred, gold)
+    if verdict is not None:
+        return replace(sample, correct=verdict), None
+    return sample, SlowJob(index, pred, gold, opts.verifier, final)
+
+
+def run_slow(jobs: Sequence[SlowJob], pool: TimeoutPool | None) -> list[Outcome]:
+    """Run slow jobs in ``pool`` (hard per-item timeout) or, without one, in-process."""
+    if pool is not None:
+        return pool.map([j.args() for j in jobs])
+    out = []
+    for j in jobs:
+        try:
+            out.append(Outcome(True, slow_verify(*j.args())))
+        except Exception as e:  # noqa: BLE001 - one bad item must not fail the group
+            out.append(Outcome(False, reason="exception", detail=f"{type(e).__name__}: {e}"))
+    return out
+
+
+def apply_slow(samples: list[Sample], jobs: Sequence[SlowJob], outcomes: Sequence[Outcome]) -> None:
+    """Write slow verdicts into ``samples`` (in place); failures become ``error`` samples."""
+    for job, o in zip(jobs, outcomes):
+        s = samples[job.index]
+        if o.ok:
+            correct, pred = o.value
+            samples[job.index] = replace(s, correct=bool(correct), pred=pred if pred is not None else s.pred)
+        else:
+            samples[job.index] = replace(s, correct=False, error=o.reason or "exception")
+
+
+def analyze_group(
+    texts: Sequence[str], gold: str, opts: AnalysisOptions, pool: TimeoutPool | None = None
+) -> list[Sample]:
+    """Analyse one group's texts against ``gold``; errors become samples with ``error`` set."""
+    samples: list[Sample] = []
+    jobs: list[SlowJob] = []
+    for i, t in enumerate(texts):
+        s, job = analyze_fast(i, t, gold, opts)
+        samples.append(s)
+        if job is not None:
+            jobs.append(job)
+    if jobs:
+        apply_slow(samples, jobs, run_slow(jobs, pool))
+    return samples

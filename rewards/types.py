@@ -1,0 +1,134 @@
+"""Plain data types shared by every reward: the context, the analysed sample, the group score.
+
+Pure dataclasses, no heavy imports.  A reward function has the shape::
+
+    fn(samples: Sequence[Sample], ctx: RewardContext, params: P) -> GroupScore
+
+where ``samples`` is ONE GRPO group (all completions of one prompt), already analysed
+(answer extracted and verified, trajectory parsed by ``formats``) by :mod:`rewards.analysis`.
+
+Example:
+    >>> s = Sample(correct=True, pred="42", stats=None)
+    >>> GroupScore(rewards=[1.0], correct=[s.correct], components={"acc": [1.0]}).size
+    1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["VERIFIERS", "BaseParams", "GroupScore", "RewardContext", "Sample", "TrajStats"]
+
+#: Answer-equivalence back ends: ``math_verify`` (fast path + math-verify) or ``dapo``
+#: (verl's ``math_dapo`` scorer, DAPO-faithful).
+VERIFIERS: tuple[str, ...] = ("math_verify", "dapo")
+
+
+@dataclass(frozen=True)
+class RewardContext:
+    """What a reward may know besides the completions.
+
+    ``step`` is the 0-based global RL step (schedules such as S2 read it); ``stage`` the
+    curriculum stage name; ``ground_truth`` the reference answer of the group's prompt;
+    ``extra`` free-form values a custom reward may need (never required by built-ins).
+    """
+
+    step: int = 0
+    stage: str = ""
+    ground_truth: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrajStats:
+    """Per-trajectory numbers from the format package's metrics (see :mod:`rewards.analysis`).
+
+    ``critical_tokens`` is the latency T (a parallel block counts only its longest branch);
+    ``sub_share``/``trial_share`` are R_sub/R_trial, the shares of tokens inside Subtask /
+    Trial branches; ``eta = (total - T) / total``; ``valid`` says the whole text is well
+    formed; ``n_blocks`` counts well-formed parallel blocks.
+    """
+
+    total_tokens: int
+    critical_tokens: int
+    sub_share: float = 0.0
+    trial_share: float = 0.0
+    eta: float = 0.0
+    n_blocks: int = 0
+    valid: bool = True
+
+    @property
+    def has_parallel(self) -> bool:
+        return self.n_blocks > 0
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One completion after analysis.
+
+    ``correct`` is binary accuracy (False when not verified or on error); ``pred`` the
+    extracted answer (None if none found); ``stats`` the trajectory numbers (None when the
+    reward did not ask for parsing or parsing failed); ``tree`` the format package's parse
+    result, kept for custom rewards; ``error`` a short reason when analysis failed
+    (``timeout``, ``crash``, ``exception``, ...), in which case the sample scores as invalid.
+    """
+
+    correct: bool = False
+    pred: str | None = None
+    stats: TrajStats | None = None
+    tree: Any = None
+    error: str | None = None
+
+    @property
+    def format_valid(self) -> bool:
+        return self.stats is not None and self.stats.valid
+
+    @property
+    def has_parallel(self) -> bool:
+        """At least one well-formed parallel unit (the R_parallel of Parallel-R1)."""
+        return self.stats is not None and self.stats.has_parallel
+
+
+@dataclass
+class GroupScore:
+    """Scores of one group: per-sample ``rewards``, binary ``correct`` (for dynamic-sampling
+    filters, never the shaped reward), named per-sample ``components`` for logging, and
+    ``errors`` counted by reason."""
+
+    rewards: list[float]
+    correct: list[bool]
+    components: dict[str, list[float]] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.rewards)
+        if len(self.correct) != n:
+            raise ValueError(f"rewards has {n} entries but correct has {len(self.correct)}")
+        for k, v in self.components.items():
+            if len(v) != n:
+                raise ValueError(f"component {k!r} has {len(v)} entries, expected {n}")
+
+    @property
+    def size(self) -> int:
+        return len(self.rewards)
+
+
+@dataclass(frozen=True)
+class BaseParams:
+    """Parameters every reward accepts.
+
+    ``format``: trajectory format, ``parallel_r1`` or ``parason``.
+    ``verifier``: ``math_verify`` (exact/integer fast path, then math-verify) or ``dapo``
+    (verl's ``math_dapo`` scorer on the final part of the text).
+    """
+
+    format: str = "parallel_r1"
+    verifier: str = "math_verify"
+
+    def __post_init__(self) -> None:
+        if self.format not in ("parallel_r1", "parason"):
+            raise ValueError(f"format must be 'parallel_r1' or 'parason', got {self.format!r}")
+        if self.verifier not in VERIFIERS:
+            raise ValueError(f"verifier must be one of {VERIFIERS}, got {self.verifier!r}")

@@ -1,0 +1,125 @@
+"""Answer equivalence: a fast exact path, math-verify, and verl's DAPO scorer.
+
+``verify(pred, gold)`` decides in three steps:
+
+1. :func:`fast_verdict` -- normalised string equality, then exact integer / decimal
+   equality (``"1,000" == "1000"``, ``"18.0" == "18"``).  Two different integers are a
+   definite *no*.  This settles the toy world's integer answers without sympy.
+2. :func:`math_verify_equal` -- math-verify with the **LaTeX extractor only**: it parses
+   through latex2sympy's ANTLR grammar.  math-verify's plain-expression extractor is never
+   used because it goes through ``sympy.parse_expr``, i.e. ``eval`` of model text.
+3. ``verifier="dapo"`` replaces both with verl's ``math_dapo.compute_score`` on the final
+   text (DAPO-faithful: ``Answer:`` line, Minerva normalisation, exact match, +-1).
+
+sympy can hang (``9^9^9^9``); run steps 2-3 under :class:`rewards.pool.TimeoutPool`, which
+kills a worker past its per-item timeout.  Step 1 is cheap and bounded, safe in-process.
+
+Example:
+    >>> fast_verdict("1,000", "1000"), fast_verdict("41", "42"), fast_verdict("1/2", "0.5")
+    (True, False, None)
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from fractions import Fraction
+
+__all__ = [
+    "MAX_ANSWER_CHARS",
+    "dapo_correct",
+    "fast_verdict",
+    "math_verify_equal",
+    "normalize",
+    "slow_verify",
+]
+
+#: Longer extracted answers are judged wrong without calling sympy (no real answer is this
+#: long; a megabyte of digits would only burn the timeout).
+MAX_ANSWER_CHARS = 1000
+
+_SPACING = re.compile(r"\\[!,;: ]|\\quad|\\qquad|\s+")
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
+_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+
+
+def normalize(ans: str) -> str:
+    """Conservative normal form: no spacing, ``$``, ``\\left``/``\\right``, trailing ``.``;
+    ``\\dfrac``/``\\tfrac`` -> ``\\frac``; a ``\\text{..}`` wrapper around the whole answer
+    dropped.  Never maps two different values to one string."""
+    s = ans.strip().strip("$")
+    s = _SPACING.sub("", s)
+    s = s.replace("\\left", "").replace("\\right", "")
+    s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    if s.startswith("\\text{") and s.endswith("}") and s.count("{") == 1:
+        s = s[len("\\text{") : -1]
+    return s.rstrip(".")
+
+
+def _as_number(s: str) -> Fraction | None:
+    """Exact value of a plain integer/decimal (thousands commas allowed), else None."""
+    if len(s) > 100:  # int() of huge digit strings is slow and capped by Python anyway
+        return None
+    if _THOUSANDS.match(s):
+        s = s.replace(",", "")
+    if not _NUMBER.fullmatch(s):
+        return None
+    return Fraction(s)
+
+
+def fast_verdict(pred: str, gold: str) -> bool | None:
+    """True/False when decidable without sympy, None when math-verify must decide."""
+    p, g = normalize(pred), normalize(gold)
+    if p == g:
+        return True
+    pn, gn = _as_number(p), _as_number(g)
+    if pn is not None and gn is not None:
+        return pn == gn
+    return None
+
+
+def _soft_timeout(seconds: int) -> int | None:
+    # math-verify's own timeout uses signal.alarm, which only works in the main thread;
+    # elsewhere (threads of a Ray actor) the pool's hard kill is the only guard.
+    return seconds if threading.current_thread() is threading.main_thread() else None
+
+
+def math_verify_equal(pred: str, gold: str, soft_timeout_s: int = 5) -> bool:
+    """math-verify equivalence of two answer strings, LaTeX extraction only (no ``eval``)."""
+    import logging
+
+    from math_verify import LatexExtractionConfig, parse, verify
+
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # its no-timeout warning is expected
+    t = _soft_timeout(soft_timeout_s)
+    cfg = [LatexExtractionConfig(boxed_match_priority=0)]
+    gold_p = parse(f"\\boxed{{{gold}}}", extraction_config=cfg, parsing_timeout=t)
+    pred_p = parse(f"\\boxed{{{pred}}}", extraction_config=cfg, parsing_timeout=t)
+    if not gold_p or not pred_p:
+        return False
+    return bool(verify(gold_p, pred_p, timeout_seconds=t))
+
+
+def dapo_correct(final_text: str, gold: str) -> tuple[bool, str | None]:
+    """verl's DAPO scorer (``math_dapo.compute_score``) on the final text: (correct, pred).
+
+    Importing verl pulls torch; this runs inside pool workers only.
+    """
+    from verl.utils.reward_score.math_dapo import compute_score
+
+    out = compute_score(final_text, gold)
+    return bool(out["acc"]), out.get("pred")
+
+
+def slow_verify(pred: str | None, gold: str, verifier: str, final_text: str = "") -> tuple[bool, str | None]:
+    """The sympy / verl step, ``(correct, pred)``; meant for a pool worker.
+
+    ``verifier="dapo"`` scores ``final_text``; ``"math_verify"`` compares ``pred`` to ``gold``.
+    """
+    if verifier == "dapo":
+        return dapo_correct(final_text, gold)
+    if verifier != "math_verify":
+        raise ValueError(f"unknown verifier {verifier!r}")
+    if pred is None or len(pred) > MAX_ANSWER_CHARS:
+        return False, pred
+    return math_verify_equal(pred, gold), pred

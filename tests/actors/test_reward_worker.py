@@ -1,0 +1,80 @@
+"""RewardWorker: batches of groups, process-pool verification, errors counted not raised."""
+
+import time
+
+import pytest
+
+from actors.reward_worker import RewardGroup, RewardWorker
+from rewards import RewardSpec
+
+PAR = "<Parallel><Path>6*7</Path><Path>7*6</Path><Summary>42</Summary></Parallel> #### 42"
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = RewardWorker("tiered", workers=2, timeout_s=2.0)
+    yield w
+    w.close()
+
+
+def test_scores_groups_in_order_with_metrics(worker):
+    groups = [
+        RewardGroup([PAR, "#### 42", "#### 41"], "42"),
+        {"texts": ["so \\boxed{\\frac{1}{2}}", "\\boxed{0.4}"], "ground_truth": "0.5"},  # math-verify path
+        {"texts": ["#### 204"], "ground_truth": 204},  # AIME answers are ints in the data
+    ]
+    out = worker.score(groups, step=3)
+    assert out.rewards == [[1.2, 1.0, -1.0], [1.0, -1.0], [1.0]]
+    assert out.correct == [[True, True, False], [True, False], [True]]
+    assert out.errors == {}
+    # 6 samples: rewards sum 1.2 + 1 - 1 + 1 - 1 + 1 = 2.2; 4 correct; 1 parallel
+    assert out.metrics["reward/mean"] == pytest.approx(2.2 / 6)
+    assert out.metrics["reward/correct"] == pytest.approx(4 / 6)
+    assert out.metrics["reward/acc"] == pytest.approx(4 / 6)  # the rewards' "acc" component
+    assert out.metrics["reward/parallel"] == pytest.approx(1 / 6)
+    assert "timing/reward_analyse" in out.metrics
+
+
+def test_adversarial_items_time_out_without_crashing_the_step(worker):
+    texts = [
+        "\\boxed{9^{9^{9^{9}}}}",  # sympy would evaluate a gigantic power
+        "\\boxed{(10^{10})!}",
+        "#### " + "9" * 1_000_000,  # 1 MB of digits: too long, judged wrong without sympy
+        "\\boxed{" + "1" * 100_000,  # unterminated box: no answer
+        "#### 1",
+    ]
+    t0 = time.perf_counter()
+    out = worker.score([{"texts": texts, "ground_truth": "1"}], step=8)
+    elapsed = time.perf_counter() - t0
+    assert out.correct == [[False, False, False, False, True]]
+    assert out.rewards == [[-1.0, -1.0, -1.0, -1.0, 1.0]]
+    # the two towers either time out (counted) or are rejected in time; never more than 2
+    assert sum(out.errors.values()) <= 2
+    assert set(out.errors) <= {"reward/errors/timeout"}
+    assert elapsed < 10.0  # 2 workers x 2 s timeout, plus restarts
+    assert worker.score([RewardGroup(["#### 5"], "5")]).correct == [[True]]  # still healthy
+
+
+def test_per_call_spec_and_fallback_on_reward_bug():
+    w = RewardWorker("accuracy", workers=1)
+    try:
+        # a stage switch: same worker, another reward for this call
+        out = w.score([RewardGroup([PAR, "#### 42"], "42")], spec=RewardSpec("parallel_acc"))
+        assert out.rewards == [[1.0, 0.0]]
+        out = w.score([RewardGroup([None, "#### 42"], "42")])  # a non-text item is invalid, counted
+        assert out.rewards == [[-1.0, 1.0]] and out.errors == {"reward/errors/bad_input": 1}
+        assert w.score([]).rewards == []
+    finally:
+        w.close()
+    with pytest.raises(ValueError, match="unknown reward"):
+        RewardWorker("nope")
+    with pytest.raises(ValueError, match="expects float"):
+        RewardWorker("tiered", {"correct": "x"})
+
+
+def test_format_only_reward_starts_no_processes():
+    w = RewardWorker("format")
+    out = w.score([RewardGroup([PAR, "<Parallel>", "plain"], "")])
+    assert out.rewards == [[1.0, 0.0, 1.0]]
+    assert w._pool is None  # nothing needed verification
+    w.close()

@@ -1,0 +1,47 @@
+"""Look at toy-world data.
+
+    python -m toyworld sample --family mixed -n 5 --seed 0 --difficulty 1
+    python -m toyworld sample --family trial -n 3 --difficulty 1,2,3   # mixed difficulty
+
+prints one JSON object per problem (uid, family, difficulty, prompt, answer, traces).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from toyworld.generate import generate
+from toyworld.problem import FAMILIES, MAX_DIFFICULTY
+
+
+def _difficulty(text: str) -> int | tuple[int, ...]:
+    try:
+        levels = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"difficulty must be an int or a comma list of ints, got {text!r}")
+    if not all(1 <= d <= MAX_DIFFICULTY for d in levels):
+        raise argparse.ArgumentTypeError(f"difficulty must be in 1..{MAX_DIFFICULTY}, got {text!r}")
+    return levels[0] if len(levels) == 1 else levels
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m toyworld", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sample = sub.add_parser("sample", help="print generated problems as JSONL")
+    sample.add_argument("--family", default="mixed", choices=FAMILIES + ("mixed",))
+    sample.add_argument("-n", type=int, default=5)
+    sample.add_argument("--seed", type=int, default=0)
+    sample.add_argument("--difficulty", type=_difficulty, default=1, help="int or comma list, e.g. 1,2,3")
+    args = parser.parse_args(argv)
+    if args.n < 0:
+        parser.error("-n must be >= 0")
+    for p in generate(args.family, args.n, args.seed, args.difficulty):
+        sys.stdout.write(json.dumps(dataclasses.asdict(p)) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""Seeded generation of toy problems, train/test splits and the tokenizer corpus.
+
+Determinism: every function builds its own ``random.Random`` from its ``seed`` (string seeds
+for derived streams, which Python hashes deterministically), so the same arguments give the
+same problems in every process.
+
+Mixed difficulty: wherever ``difficulty`` is accepted, a sequence of ints (``(1, 2, 3)``)
+draws each problem's difficulty uniformly from it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+
+from toyworld.problem import FAMILIES, MAX_DIFFICULTY, Problem
+from toyworld.tasks import check_difficulty, sample_subtask, sample_trial
+from toyworld.teacher import render_all
+
+__all__ = ["Difficulty", "corpus", "generate", "make_splits"]
+
+Difficulty = int | Sequence[int]
+_SAMPLERS = {"subtask": sample_subtask, "trial": sample_trial}
+_VALID = FAMILIES + ("mixed",)
+# make_splits gives up after this many draws in a row that found nothing new: the problem
+# space (a few hundred problems at difficulty 1) is then (nearly) exhausted.
+_MAX_CONSECUTIVE_MISSES = 2000
+
+
+def _check_family(family: str) -> str:
+    if family not in _VALID:
+        raise ValueError(f"unknown family {family!r}; valid families: {', '.join(_VALID)}")
+    return family
+
+
+def _difficulties(difficulty: Difficulty) -> tuple[int, ...]:
+    if isinstance(difficulty, int):
+        levels = (difficulty,)
+    elif isinstance(difficulty, Sequence) and not isinstance(difficulty, str):
+        levels = tuple(difficulty)
+    else:
+        raise TypeError(f"difficulty must be an int or a sequence of ints, got {difficulty!r}")
+    if not levels:
+        raise ValueError("difficulty sequence must not be empty")
+    return tuple(check_difficulty(d) for d in levels)
+
+
+def _stream(
+    family: str, rng: random.Random, difficulty: Difficulty, tag: str
+) -> Iterator[tuple[Problem, tuple]]:
+    """Endless ``(problem, identity key)`` pairs; ``mixed`` alternates subtask, trial, ..."""
+    _check_family(family)
+    levels = _difficulties(difficulty)
+    i = 0
+    while True:
+        fam = FAMILIES[i % len(FAMILIES)] if family == "mixed" else family
+        d = levels[0] if len(levels) == 1 else rng.choice(levels)
+        prompt, sol = _SAMPLERS[fam](rng, d)
+        problem = Problem(
+            uid=f"{tag}-{i}",
+            family=fam,
+            difficulty=d,
+            prompt=prompt,
+            answer=str(sol.answer),
+            traces=render_all(sol),
+        )
+        yield problem, sol.key
+        i += 1
+
+
+def _check_count(name: str, n: int) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {n!r}")
+    return n
+
+
+def generate(family: str, n: int, seed: int, difficulty: Difficulty = 1) -> list[Problem]:
+    """``n`` problems of ``family`` ("subtask", "trial" or "mixed"), deterministic in ``seed``.
+
+    Prompts may repeat (independent draws); use :func:`make_splits` for disjoint sets.
+
+    >>> ps = generate("mixed", 2, seed=0)
+    >>> [p.family for p in ps], ps[0].traces["serial"].endswith(" #### " + ps[0].answer)
+    (['subtask', 'trial'], True)
+    """
+    _check_count("n", n)
+    stream = _stream(family, random.Random(f"toyworld/{family}/{seed}"), difficulty, f"{family}-s{seed}")
+    return [next(stream)[0] for _ in range(n)]
+
+
+def _take(
+    stream: Iterator[tuple[Problem, tuple]], n: int, banned: set[tuple], split: str, distinct: bool
+) -> list[Problem]:
+    """First ``n`` problems whose identity key is not in ``banned``.
+
+    With ``distinct`` each taken key is banned too (no repeats within the split).
+    """
+    out: list[Problem] = []
+    misses = 0
+    while len(out) < n and misses < _MAX_CONSECUTIVE_MISSES:
+        problem, key = next(stream)
+        if key in banned:
+            misses += 1
+            continue
+        misses = 0
+        if distinct:
+            banned.add(key)
+        out.append(problem)
+    if len(out) == n:
+        return out
+    raise ValueError(
+        f"could only find {len(out)} {split} problems of {n} outside the test set; "
+        "the problem space is too small: raise the difficulty or ask for fewer problems"
+    )
+
+
+def make_splits(
+    n_train: int, n_test: int, seed: int, difficulty: Difficulty = 1, family: str = "mixed"
+) -> tuple[list[Problem], list[Problem]]:
+    """Disjoint train and test sets.
+
+    Test problems are distinct, and no train problem equals a test problem even up to
+    reordering (``3*4+5*6`` vs ``6*5+4*3``; the same trial candidates in another order), so
+    no prompt is shared.  Train may repeat a problem (independent draws), so ``n_train`` is
+    not limited by the size of the problem space.  uids are ``train-s{seed}-{i}`` /
+    ``test-s{seed}-{i}``.
+
+    >>> train, test = make_splits(20, 5, seed=0)
+    >>> len(train), len(test), not {p.prompt for p in train} & {p.prompt for p in test}
+    (20, 5, True)
+    """
+    _check_count("n_train", n_train)
+    _check_count("n_test", n_test)
+    _check_family(family)
+    seen: set[tuple] = set()
+    # Test first: it is the smaller, fixed yardstick; train then skips every test prompt.
+    test_stream = _stream(
+        family, random.Random(f"toyworld/test/{family}/{seed}"), difficulty, f"test-s{seed}"
+    )
+    test = _take(test_stream, n_test, seen, "test", distinct=True)
+    train_stream = _stream(
+        family, random.Random(f"toyworld/train/{family}/{seed}"), difficulty, f"train-s{seed}"
+    )
+    train = _take(train_stream, n_train, seen, "train", distinct=False)
+    return train, test
+
+
+def corpus(n: int, seed: int) -> list[str]:
+    """Text to train the tiny tokenizer on: for ``n`` mixed problems over every difficulty,
+    the prompt and its three traces (``4 * n`` strings).
+
+    >>> texts = corpus(2, seed=0)
+    >>> len(texts), texts[0].startswith("Q: ")
+    (8, True)
+    """
+    _check_count("n", n)
+    levels = tuple(range(1, MAX_DIFFICULTY + 1))
+    stream = _stream("mixed", random.Random(f"toyworld/corpus/{seed}"), levels, f"corpus-s{seed}")
+    texts: list[str] = []
+    for _ in range(n):
+        p, _ = next(stream)
+        texts.append(p.prompt)
+        texts.extend(p.traces[k] for k in ("serial", "parallel_r1", "parason"))
+    return texts

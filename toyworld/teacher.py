@@ -1,0 +1,109 @@
+"""Programmatic teachers: render one :class:`Solution` as a serial, a Parallel-R1 and a
+Parason trace.
+
+The parallel traces are built as ``formats`` trees and rendered by ``formats.render`` (the
+format module is the contract; nothing here spells a tag).  Examples for ``3*4+5*6``::
+
+    serial      3*4=12 5*6=30 12+30=42 #### 42
+    parallel_r1 <Parallel><Path>3*4=12</Path><Path>5*6=30</Path><Summary>12+30=42</Summary></Parallel> #### 42
+    parason     <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>
+                <Thread>3*4=12</Thread><Thread>5*6=30</Thread></Parallel>12+30=42 #### 42
+
+(the Parason trace is one line).  Trial solutions use ``<Trial>`` outline entries; every
+branch's work stays in the trace (OR-merge keeps all branches), the merge states the winner.
+"""
+
+from __future__ import annotations
+
+from formats import PARALLEL_R1, PARASON, PATH, SUBTASK, TRIAL, Block, FormatSpec, Trajectory, render
+from formats import Branch as FormatBranch
+from toyworld.problem import Solution
+
+__all__ = [
+    "final_line",
+    "parallel_r1_tree",
+    "parason_tree",
+    "render_all",
+    "render_parallel_r1",
+    "render_parason",
+    "render_serial",
+]
+
+_PARASON_KIND = {"subtask": SUBTASK, "trial": TRIAL}
+
+
+def final_line(answer: int) -> str:
+    """The GSM8K-style answer suffix every trace ends with.
+
+    >>> final_line(42)
+    ' #### 42'
+    """
+    return f" #### {answer}"
+
+
+def _check_text(sol: Solution) -> None:
+    # Branch text is free text inside tags; a '<' could forge or break a tag.
+    for text in [sol.merge] + [t for p in sol.parts for t in (p.outline, p.work)]:
+        if "<" in text or not text:
+            raise ValueError(f"solution text must be non-empty and contain no '<': {text!r}")
+    if sol.kind not in _PARASON_KIND:
+        raise ValueError(f"unknown solution kind {sol.kind!r}; valid: {', '.join(_PARASON_KIND)}")
+
+
+def render_serial(sol: Solution) -> str:
+    """Same steps as the parallel traces, one after another, no tags.
+
+    >>> from toyworld.problem import Part
+    >>> s = Solution("subtask", (Part("3*4", "3*4=12"), Part("5*6", "5*6=30")), "12+30=42", 42)
+    >>> render_serial(s)
+    '3*4=12 5*6=30 12+30=42 #### 42'
+    """
+    _check_text(sol)
+    return " ".join([p.work for p in sol.parts] + [sol.merge]) + final_line(sol.answer)
+
+
+def parallel_r1_tree(sol: Solution) -> Trajectory:
+    """One block: a Path per part, the merge as its Summary, then the answer line."""
+    _check_text(sol)
+    paths = tuple(FormatBranch(PATH, (p.work,)) for p in sol.parts)
+    return Trajectory((Block(paths, summary=sol.merge), final_line(sol.answer)))
+
+
+def parason_tree(sol: Solution) -> Trajectory:
+    """One block: a Subtask (AND) or Trial (OR) entry and a Thread per part; the merge then
+    continues the main chain after the block."""
+    _check_text(sol)
+    kind = _PARASON_KIND[sol.kind]
+    threads = tuple(FormatBranch(kind, (p.work,), outline=p.outline) for p in sol.parts)
+    return Trajectory((Block(threads), sol.merge + final_line(sol.answer)))
+
+
+def render_parallel_r1(sol: Solution, spec: FormatSpec = PARALLEL_R1) -> str:
+    """Parallel-R1 trace text.
+
+    >>> from toyworld.problem import Part
+    >>> s = Solution("trial", (Part("x=2", "2*7=14 14%10=4 no"), Part("x=3", "3*7=21 21%10=1 yes")), "x=3", 3)
+    >>> render_parallel_r1(s)
+    '<Parallel><Path>2*7=14 14%10=4 no</Path><Path>3*7=21 21%10=1 yes</Path><Summary>x=3</Summary></Parallel> #### 3'
+    """
+    return render(parallel_r1_tree(sol), spec)
+
+
+def render_parason(sol: Solution, spec: FormatSpec = PARASON) -> str:
+    """Parason trace text.
+
+    >>> from toyworld.problem import Part
+    >>> s = Solution("subtask", (Part("3*4", "3*4=12"), Part("5*6", "5*6=30")), "12+30=42", 42)
+    >>> render_parason(s)[:64]
+    '<Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask>'
+    """
+    return render(parason_tree(sol), spec)
+
+
+def render_all(sol: Solution) -> dict[str, str]:
+    """All three traces, keyed as :data:`toyworld.problem.TRACE_KINDS`."""
+    return {
+        "serial": render_serial(sol),
+        "parallel_r1": render_parallel_r1(sol),
+        "parason": render_parason(sol),
+    }

@@ -25,7 +25,7 @@ class BundleSpec:
     num_gpus: float
 
 
-def reserve(bundles: list[BundleSpec], strategy: str, timeout_s: float = 60.0) -> tuple[PlacementGroup, dict]:
+def reserve(bundles: list[BundleSpec], strategy: str, name: str, timeout_s: float = 60.0) -> tuple[PlacementGroup, dict]:
     """One placement group for every actor of the run; returns it and each role's first bundle index.
 
     Fails with a clear message (instead of hanging) when the cluster cannot hold the request.
@@ -35,7 +35,7 @@ def reserve(bundles: list[BundleSpec], strategy: str, timeout_s: float = 60.0) -
         offsets[b.role] = len(flat)
         res = {"CPU": b.num_cpus} | ({"GPU": b.num_gpus} if b.num_gpus else {})
         flat.extend([res] * b.count)
-    pg = placement_group(flat, strategy=strategy, name="parallax")
+    pg = placement_group(flat, strategy=strategy, name=name)
     ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
     if not ready:
         remove_placement_group(pg)

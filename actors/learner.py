@@ -60,7 +60,14 @@ class LearnerWorker:
 
     # ---- scoring ----------------------------------------------------------------
     def _logprobs(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                  temperature: float) -> torch.Tensor:
+                  temperature: float, structure: tuple | None = None) -> torch.Tensor:
+        """[b, L] token logprobs; `structure` = (position_ids, segment_ids, segment_visible) of a
+        structured batch (see actors/masks.py), or None / all-None for plain causal rows."""
+        if structure is not None and structure[0] is not None:
+            from actors.masks import structured_logprobs
+
+            pos, seg, vis = (t.to(self.device) for t in structure)
+            return structured_logprobs(model, input_ids.to(self.device), pos, seg, vis, temperature)
         logits = model(input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device)).logits
         return algo.token_logprobs(logits, input_ids.to(self.device), temperature)  # [b, L]
 
@@ -68,7 +75,7 @@ class LearnerWorker:
     def compute_logprobs(self, batch: TrainBatch, temperature: float = 1.0) -> torch.Tensor:
         """Per-token logprobs of this rank's rows under the current policy: [B, L] (0 off-response)."""
         self.engine.eval()
-        out = [self._logprobs(self.engine, mb.input_ids, mb.attention_mask, temperature).cpu()
+        out = [self._logprobs(self.engine, mb.input_ids, mb.attention_mask, temperature, mb.structure()).cpu()
                for mb in batch.split(self.cfg.micro_batch_size)]
         return torch.cat(out) * batch.response_mask
 
@@ -89,13 +96,14 @@ class LearnerWorker:
             micro = batch.split(cfg.micro_batch_size)
             for i, mb in enumerate(micro):
                 mask = mb.response_mask.to(self.device)
-                logp = self._logprobs(self.engine, mb.input_ids, mb.attention_mask, temperature)
+                logp = self._logprobs(self.engine, mb.input_ids, mb.attention_mask, temperature, mb.structure())
                 loss, m = algo.policy_loss(
                     logp, mb.old_logprobs.to(self.device), mb.advantages.to(self.device), mask,
                     clip_low=cfg.clip_ratio_low, clip_high=cfg.clip_ratio_high, agg=cfg.loss_agg_mode, **norm)
                 if self.ref_model is not None:
                     with torch.no_grad():
-                        ref = self._logprobs(self.ref_model, mb.input_ids, mb.attention_mask, temperature)
+                        ref = self._logprobs(self.ref_model, mb.input_ids, mb.attention_mask, temperature,
+                                              mb.structure())
                     kl = algo.kl_loss(logp, ref, mask, kind=cfg.kl_type, agg=cfg.loss_agg_mode, **norm)
                     loss = loss + cfg.kl_coef * kl
                     stats["actor/kl"] = stats.get("actor/kl", 0.0) + float(kl)
@@ -117,13 +125,20 @@ class LearnerWorker:
         micro = batch.split(self.cfg.micro_batch_size)
         for i, mb in enumerate(micro):
             mask = mb.loss_mask.to(self.device)
-            logp = self._logprobs(self.engine, mb.input_ids, mb.attention_mask, 1.0)  # [b, L]
+            logp = self._logprobs(self.engine, mb.input_ids, mb.attention_mask, 1.0, mb.structure())  # [b, L]
             loss = -(logp * mask).sum() / global_tokens * self.world
             self.engine.set_gradient_accumulation_boundary(i == len(micro) - 1)
             self.engine.backward(loss, scale_wrt_gas=False)
             self.engine.step()
             total += float(loss.detach()) / self.world
         return {"sft/loss": total, "sft/lr": lr, "sft/grad_norm": float(self.engine.get_global_grad_norm() or 0.0)}
+
+    def reset_optimizer(self) -> None:
+        """Forget Adam moments (at a stage switch: SFT momentum must not leak into RL updates)."""
+        opt = self.engine.optimizer
+        while not isinstance(opt, torch.optim.Optimizer) and hasattr(opt, "optimizer"):
+            opt = opt.optimizer  # unwrap DeepSpeed's ZeRO wrappers down to the torch AdamW
+        opt.state.clear()
 
     # ---- weights ----------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:

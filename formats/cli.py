@@ -53,10 +53,18 @@ def stats_command(path: str, fmt: str, tokenizer_dir: str | None, out=None) -> i
     spec = get_spec(fmt)
     tokenizer = None
     if tokenizer_dir:
-        try:
-            from transformers import AutoTokenizer
+        import os
 
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        if not os.path.isdir(tokenizer_dir):
+            print(f"error: tokenizer directory {tokenizer_dir!r} does not exist", file=sys.stderr)
+            return 2
+        try:
+            if os.path.isfile(os.path.join(tokenizer_dir, "tokenizer.json")):
+                # a fast tokenizer file is all that token counting needs (and loads quickest)
+                from transformers import PreTrainedTokenizerFast as _Tok
+            else:
+                from transformers import AutoTokenizer as _Tok
+            tokenizer = _Tok.from_pretrained(tokenizer_dir, local_files_only=True)
         except Exception as e:
             print(f"error: cannot load tokenizer from {tokenizer_dir!r}: {e}", file=sys.stderr)
             return 2

@@ -450,25 +450,25 @@ def compute_metrics(
     total = w.pos
     sh = w.shares
     first = w.first
-    inv = 1.0 / total if total else 0.0
+    t = total or 1  # empty text: every ratio is 0 (speedup 1)
     return Metrics(
         total_tokens=total,
         critical_path_tokens=crit,
         speedup=total / crit if crit else 1.0,
-        eta=(total - crit) * inv,
+        eta=(total - crit) / t,
         has_parallel=w.blocks > 0,
         num_blocks=w.blocks,
         num_branches=w.branches,
         depth=w.depth,
         first_parallel_token=first,
-        first_parallel_pos=None if first is None else first * inv,
+        first_parallel_pos=None if first is None else first / t,
         main_tokens=sh["main"],
         subtask_tokens=sh[SUBTASK],
         trial_tokens=sh[TRIAL],
         path_tokens=sh[PATH],
-        subtask_share=sh[SUBTASK] * inv,
-        trial_share=sh[TRIAL] * inv,
-        path_share=sh[PATH] * inv,
+        subtask_share=sh[SUBTASK] / t,
+        trial_share=sh[TRIAL] / t,
+        path_share=sh[PATH] / t,
     )
 
 

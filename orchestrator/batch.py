@@ -49,6 +49,25 @@ class Prompt:
 
 
 @dataclass
+class ExecutionRecord:
+    """How the engine produced one trajectory, token by token, so the learner can score exactly that.
+
+    Token index t runs over the learner's row: prompt tokens then response tokens, in the order
+    of `Trajectory.prompt_ids + Trajectory.response_ids` (the rendered text order). A *segment* is
+    a maximal contiguous span of that row produced by one engine request (or the prompt, or text
+    the executor forced, such as a closing tag). Sequential decoding is one prompt segment and
+    one response segment that sees it, with positions 0..L-1: plain causal attention.
+    """
+
+    position_ids: list[int]  # [L] the position id the engine used for token t
+    segment_ids: list[int]  # [L] segment of token t (non-decreasing; 0 is the prompt)
+    # For segment s: the earlier segments (ids < s) its tokens attend to, besides itself (causally).
+    segment_visible: list[list[int]]
+    segment_request: list[int]  # engine request id that produced segment s (-1: prompt / forced)
+    sampled: list[bool]  # [L] True where the token was sampled (trained on); forced/prompt tokens False
+
+
+@dataclass
 class Trajectory:
     """One sampled response to a prompt, as generated (what the learner must score)."""
 
@@ -59,6 +78,8 @@ class Trajectory:
     logprobs: list[float]
     finish_reason: str
     text: str  # the decoded response (tags kept: skip_special_tokens=False)
+    # None for plain sequential decoding (causal attention, positions 0..L-1).
+    record: ExecutionRecord | None = None
 
 
 @dataclass
@@ -85,21 +106,31 @@ class TrainBatch:
     response_mask: Any  # [B, L] float, 1 on response tokens (the loss positions)
     old_logprobs: Any  # [B, L] float, engine logprobs on response positions, 0 elsewhere
     advantages: Any  # [B, L] float, the sequence advantage broadcast on response positions
+    # Structured (Unseen) attention as the engine ran it (actors/masks.py); None = plain causal rows.
+    # O(B*(L + S^2)) to ship; the learner builds the backend's mask per micro-batch.
+    position_ids: Any = None  # [B, L] long, the engine's position ids (0 on padding)
+    segment_ids: Any = None  # [B, L] long, execution segment of each token (-1 on padding)
+    segment_visible: Any = None  # [B, S, S] bool, segment s attends to segment s' (diagonal True)
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
 
     def shard(self, rank: int, world: int) -> TrainBatch:
         """Rows rank::world — each data-parallel learner takes one interleaved slice."""
-        return TrainBatch(*(t[rank::world] for t in self.tensors()))
+        return TrainBatch(*(_rows(t, slice(rank, None, world)) for t in self.tensors() + self.structure()))
 
     def split(self, size: int) -> list[TrainBatch]:
         """Micro-batches of at most `size` rows."""
         n = len(self)
-        return [TrainBatch(*(t[i : i + size] for t in self.tensors())) for i in range(0, n, size)]
+        every = self.tensors() + self.structure()
+        return [TrainBatch(*(_rows(t, slice(i, i + size)) for t in every)) for i in range(0, n, size)]
 
     def tensors(self) -> tuple:
         return (self.input_ids, self.attention_mask, self.response_mask, self.old_logprobs, self.advantages)
+
+    def structure(self) -> tuple:
+        """(position_ids, segment_ids, segment_visible); all None for causal batches."""
+        return (self.position_ids, self.segment_ids, self.segment_visible)
 
 
 @dataclass
@@ -109,13 +140,26 @@ class SFTBatch:
     input_ids: Any  # [B, L] long
     attention_mask: Any  # [B, L] long
     loss_mask: Any  # [B, L] float, 1 on completion tokens
+    # Structured layout of the teacher trace as the engine would run it (see TrainBatch); None = causal.
+    position_ids: Any = None  # [B, L] long
+    segment_ids: Any = None  # [B, L] long, -1 on padding
+    segment_visible: Any = None  # [B, S, S] bool
 
     def shard(self, rank: int, world: int) -> SFTBatch:
-        return SFTBatch(self.input_ids[rank::world], self.attention_mask[rank::world], self.loss_mask[rank::world])
+        return SFTBatch(*(_rows(t, slice(rank, None, world)) for t in self._all()))
 
     def split(self, size: int) -> list[SFTBatch]:
         n = int(self.input_ids.shape[0])
-        return [
-            SFTBatch(self.input_ids[i : i + size], self.attention_mask[i : i + size], self.loss_mask[i : i + size])
-            for i in range(0, n, size)
-        ]
+        return [SFTBatch(*(_rows(t, slice(i, i + size)) for t in self._all())) for i in range(0, n, size)]
+
+    def structure(self) -> tuple:
+        """(position_ids, segment_ids, segment_visible); all None for causal batches."""
+        return (self.position_ids, self.segment_ids, self.segment_visible)
+
+    def _all(self) -> tuple:
+        return (self.input_ids, self.attention_mask, self.loss_mask) + self.structure()
+
+
+def _rows(t: Any, rows: slice) -> Any:
+    """Row slice of a batch field; optional (None) fields stay None."""
+    return None if t is None else t[rows]

@@ -23,7 +23,8 @@ REPO_ROOT = str(Path(__file__).resolve().parents[1])
 
 def start_cluster(cfg: ClusterConfig) -> None:
     """Local cluster by default (dashboard on loopback), or attach to `cluster.address`."""
-    env = {"TOKENIZERS_PARALLELISM": "false", "WANDB_SILENT": "true",
+    env = {"TOKENIZERS_PARALLELISM": "false", "WANDB_SILENT": "true", "TRANSFORMERS_VERBOSITY": "error",
+           "HF_HUB_DISABLE_PROGRESS_BARS": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)}
     if not _has_cuda():
         env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed would otherwise probe for CUDA and warn
@@ -71,7 +72,7 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
         BundleSpec("rollout", r.num_actors, r.num_cpus, r.num_gpus),
         BundleSpec("reward", w.num_actors, w.num_cpus, 0.0),
         BundleSpec("learner", lcfg.num_actors, lcfg.num_cpus, lcfg.num_gpus),
-    ], cfg.cluster.placement_strategy)
+    ], cfg.cluster.placement_strategy, name=f"parallax/{run_name}")
     sync = make_weight_sync("object_store")
     prefix = f"parallax/{run_name}"
     addr, port = ray.get(_rendezvous.options(scheduling_strategy=PlacementGroupSchedulingStrategy(

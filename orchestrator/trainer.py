@@ -150,6 +150,7 @@ class Trainer:
         return {"eval/acc": acc, **trajectory_stats(trajs, self.fmt, "eval/parallel")}
 
     def _end_stage(self, stage: Stage) -> None:
+        ray.get(self.groups.learner.async_call("reset_optimizer"))
         if self.cfg.trainer.eval_after_stage:
             row = {"stage": stage.name, **self.evaluate()}
             self.stage_table.append(row)

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
+
+try:  # `pytest` without an installed package: make the repository root importable
+    import formats  # noqa: F401
+except ImportError:  # pragma: no cover
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from formats import ALL_SPECIAL_TOKENS
 

@@ -60,7 +60,9 @@ def _canon(nodes: list) -> tuple:
 
 @st.composite
 def parason_block(draw, spec: FormatSpec, depth: int = 1):
-    n = draw(st.integers(spec.min_branches, spec.max_branches))
+    # full branch range at the top level; nested blocks stay small so trees do not explode
+    hi = spec.max_branches if depth == 1 else min(spec.max_branches, spec.min_branches + 1)
+    n = draw(st.integers(spec.min_branches, hi))
     text = free_text(spec)
     branches = []
     for _ in range(n):
@@ -77,7 +79,9 @@ def parason_seq(draw, spec: FormatSpec, depth: int):
     text = free_text(spec)
     nodes = [draw(text)]
     if depth < spec.max_depth:
-        for _ in range(draw(st.integers(0, 2 if depth == 0 else 1))):
+        # top level: 0-2 blocks; inside a thread: a nested block with probability ~1/4
+        k = draw(st.integers(0, 2)) if depth == 0 else int(draw(st.integers(0, 3)) == 3)
+        for _ in range(k):
             nodes.append(draw(parason_block(spec, depth + 1)))
             nodes.append(draw(text))
     return _canon(nodes)

@@ -1,0 +1,216 @@
+"""Structured ("Unseen") attention for the learner, built from the engine's execution records.
+
+A row's tokens are grouped into *segments* (see :class:`orchestrator.batch.ExecutionRecord`):
+the prompt, each engine request's output, each forced tag. Segment s attends causally to itself
+and to the earlier segments listed in ``segment_visible[s]``; tokens carry the position ids the
+engine used. Everything here is derived from three padded tensors::
+
+    position_ids     [B, L]    long   the engine's position of each token (0 on padding)
+    segment_ids      [B, L]    long   segment of each token, -1 on padding
+    segment_visible  [B, S, S] bool   [b, s, s'] = segment s attends to s' (diagonal True, s' <= s)
+
+so a batch costs O(B·(L + S²)) memory until a micro-batch is scored; only then the attention
+backend's own mask is materialised:
+
+* :func:`sdpa_mask`: a dense 4-D mask [B, 1, L, L] for SDPA / eager attention (the CPU path),
+  gathered from the segment matrix with tensor ops, no per-token Python loop;
+* :func:`flex_block_mask`: a FlexAttention ``BlockMask`` (GPU), whose ``mask_mod`` reads the
+  segment tensors directly; it stores O((L/128)²) block indices, never an L×L tensor.
+
+Scoring must also know *which logits predict which token*: the first token of a branch is
+predicted by the last token of the context its request saw (the shared prefix), not by the
+row's previous column (the end of the sibling branch). :func:`predictor_index` gives that
+index and :func:`structured_token_logprobs` gathers with it; for sequential rows both reduce
+to ``orchestrator.algo.token_logprobs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from orchestrator.batch import ExecutionRecord
+
+__all__ = [
+    "check_record",
+    "pack_records",
+    "token_visibility",
+    "sdpa_mask",
+    "additive_mask",
+    "predictor_index",
+    "structured_token_logprobs",
+    "flex_block_mask",
+    "attention_mask_for",
+    "structured_logprobs",
+]
+
+
+def check_record(rec: ExecutionRecord) -> None:
+    """Raise ``ValueError`` naming the first violated invariant of an execution record."""
+    n = len(rec.segment_ids)
+    if n == 0:
+        raise ValueError("execution record is empty")
+    if len(rec.position_ids) != n or len(rec.sampled) != n:
+        raise ValueError(f"record lengths differ: segment_ids {n}, position_ids {len(rec.position_ids)}, "
+                         f"sampled {len(rec.sampled)}")
+    seg = torch.tensor(rec.segment_ids)
+    steps = seg.diff()
+    if int(seg[0]) != 0 or bool(((steps != 0) & (steps != 1)).any()):
+        raise ValueError("segment_ids must start at 0 and step by 0 or 1 (contiguous, non-decreasing segments)")
+    n_seg = int(seg[-1]) + 1
+    if len(rec.segment_visible) != n_seg or len(rec.segment_request) != n_seg:
+        raise ValueError(f"{n_seg} segments but segment_visible has {len(rec.segment_visible)} entries and "
+                         f"segment_request {len(rec.segment_request)}")
+    for s, vis in enumerate(rec.segment_visible):
+        if any(not 0 <= v < s for v in vis):
+            raise ValueError(f"segment {s} lists visible segments {vis}; only earlier segments (< {s}) are allowed")
+    if min(rec.position_ids) < 0:
+        raise ValueError("position_ids must be >= 0")
+
+
+def pack_records(records: Sequence[ExecutionRecord], width: int | None = None,
+                 validate: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ``(position_ids [B, L], segment_ids [B, L], segment_visible [B, S, S])``.
+
+    ``width`` pads to a given L (the batch's token width; it must cover every record).
+    Python work is per row and per segment (list -> tensor), never per token pair.
+    """
+    if not records:
+        raise ValueError("pack_records needs at least one record")
+    if validate:
+        for rec in records:
+            check_record(rec)
+    lengths = [len(r.segment_ids) for r in records]
+    L = max(lengths) if width is None else width
+    if max(lengths) > L:
+        raise ValueError(f"a record has {max(lengths)} tokens, more than the batch width {L}")
+    S = max(len(r.segment_visible) for r in records)
+    B = len(records)
+    pos = torch.zeros(B, L, dtype=torch.long)
+    seg = torch.full((B, L), -1, dtype=torch.long)
+    vis = torch.zeros(B, S, S, dtype=torch.bool)
+    for b, rec in enumerate(records):
+        pos[b, : lengths[b]] = torch.tensor(rec.position_ids, dtype=torch.long)
+        seg[b, : lengths[b]] = torch.tensor(rec.segment_ids, dtype=torch.long)
+        # One scatter per row: (s, s') pairs of the visibility lists.
+        rows = [s for s, v in enumerate(rec.segment_visible) for _ in v]
+        cols = [c for v in rec.segment_visible for c in v]
+        vis[b, rows, cols] = True
+    vis |= torch.eye(S, dtype=torch.bool)  # every segment sees itself (causally)
+    return pos, seg, vis
+
+
+def token_visibility(segment_ids: torch.Tensor, segment_visible: torch.Tensor) -> torch.Tensor:
+    """[B, L, L] bool: query token i may attend key token j (segment rule AND causal, real tokens only).
+
+    Padding queries attend to themselves only, so no softmax row is empty (SDPA would give NaN).
+    """
+    B, L = segment_ids.shape
+    S = segment_visible.shape[-1]
+    valid = segment_ids >= 0  # [B, L]
+    seg = segment_ids.clamp(min=0)
+    rows = segment_visible.gather(1, seg[:, :, None].expand(B, L, S))  # [B, L, S]: query token's segment row
+    allowed = rows.gather(2, seg[:, None, :].expand(B, L, L))  # [B, L, L]: ... at each key token's segment
+    idx = torch.arange(L, device=segment_ids.device)
+    causal = idx[None, :] <= idx[:, None]  # [L, L]
+    allowed &= causal & valid[:, :, None] & valid[:, None, :]
+    return allowed | torch.eye(L, dtype=torch.bool, device=segment_ids.device)  # pads see themselves
+
+
+def sdpa_mask(segment_ids: torch.Tensor, segment_visible: torch.Tensor) -> torch.Tensor:
+    """[B, 1, L, L] bool mask (True = attend) for SDPA; transformers passes a 4-D mask through as-is."""
+    return token_visibility(segment_ids, segment_visible)[:, None]
+
+
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask as the additive float mask eager attention expects (0 keep, dtype min drop)."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
+
+
+def predictor_index(segment_ids: torch.Tensor, segment_visible: torch.Tensor) -> torch.Tensor:
+    """[B, L] long: the token whose logits predict token t (-1 where nothing does, e.g. t = 0).
+
+    Inside a segment it is t-1. The first token of segment s is predicted by the last token of
+    the context its request saw: the last token of the highest visible earlier segment.
+    """
+    B, L = segment_ids.shape
+    S = segment_visible.shape[-1]
+    dev = segment_ids.device
+    idx = torch.arange(L, device=dev).expand(B, L)
+    seg = segment_ids.clamp(min=0)
+    # Last token index of each segment: scatter_reduce(amax) of token indices by segment.
+    last = torch.full((B, S), -1, dtype=torch.long, device=dev)
+    last.scatter_reduce_(1, seg, torch.where(segment_ids >= 0, idx, -1), reduce="amax")
+    strict = segment_visible & ~torch.eye(S, dtype=torch.bool, device=dev)  # [B, S, S] earlier segments only
+    ctx_end = torch.where(strict, last[:, None, :], -1).amax(-1)  # [B, S]: last visible context token
+    prev_seg = torch.cat([torch.full((B, 1), -2, device=dev, dtype=torch.long), segment_ids[:, :-1]], 1)
+    first = segment_ids != prev_seg  # [B, L] first token of its segment
+    pred = torch.where(first, ctx_end.gather(1, seg), idx - 1)
+    return torch.where(segment_ids >= 0, pred, -1)
+
+
+def structured_token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, predictor: torch.Tensor,
+                              temperature: float = 1.0) -> torch.Tensor:
+    """out[b, t] = log p(x_t | context) read at logits[b, predictor[b, t]]; 0 where predictor < 0.
+
+    Shapes: logits [B, L, V], input_ids [B, L], predictor [B, L] -> [B, L] fp32.
+    """
+    B = logits.shape[0]
+    logp = (logits.float() / temperature).log_softmax(-1)  # [B, L, V]
+    src = predictor.clamp(min=0)
+    picked = logp[torch.arange(B, device=logits.device)[:, None], src, input_ids]  # [B, L]
+    return torch.where(predictor >= 0, picked, torch.zeros_like(picked))
+
+
+def flex_block_mask(segment_ids: torch.Tensor, segment_visible: torch.Tensor, block_size: int = 128,
+                    compile_mask: bool = True):
+    """FlexAttention ``BlockMask`` of the structured layout (same rule as :func:`token_visibility`).
+
+    ``mask_mod`` indexes the segment tensors, so the mask is evaluated per 128×128 block and
+    only block indices are stored: memory grows with the number of (partially) visible blocks,
+    not L². Use with ``attn_implementation="flex_attention"``; the tensors must be on the device.
+    """
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    B, L = segment_ids.shape
+    seg = segment_ids.clamp(min=0)
+    valid = segment_ids >= 0
+
+    def mask_mod(b, h, q, kv):
+        seen = segment_visible[b, seg[b, q], seg[b, kv]] & valid[b, q] & valid[b, kv] & (kv <= q)
+        return seen | (q == kv)
+
+    return create_block_mask(mask_mod, B, None, L, L, device=segment_ids.device, BLOCK_SIZE=block_size,
+                             _compile=compile_mask)
+
+
+def attention_mask_for(model, segment_ids: torch.Tensor, segment_visible: torch.Tensor):
+    """The structured mask in the form the model's attention backend takes (4-D, passed through as-is).
+
+    sdpa -> bool [B, 1, L, L]; eager -> additive float [B, 1, L, L]; flex_attention -> BlockMask.
+    """
+    config = getattr(model, "module", model).config  # a DeepSpeed engine wraps the HF model
+    impl = getattr(config, "_attn_implementation", "sdpa") or "sdpa"
+    if impl == "flex_attention":
+        return flex_block_mask(segment_ids, segment_visible)
+    dense = sdpa_mask(segment_ids, segment_visible)
+    if impl == "sdpa":
+        return dense
+    if impl == "eager":
+        return additive_mask(dense, getattr(model, "dtype", torch.float32))
+    raise ValueError(f"structured attention needs attn_implementation sdpa, eager or flex_attention, got {impl!r}")
+
+
+def structured_logprobs(model, input_ids: torch.Tensor, position_ids: torch.Tensor, segment_ids: torch.Tensor,
+                        segment_visible: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Per-token logprobs [B, L] of rows scored under their structured layout (the learner's path).
+
+    All tensors must be on the model's device. Column t holds log p(x_t | what its engine request
+    saw); 0 where no logits predict it (the first token, padding).
+    """
+    mask = attention_mask_for(model, segment_ids, segment_visible)
+    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids).logits  # [B, L, V]
+    return structured_token_logprobs(logits, input_ids, predictor_index(segment_ids, segment_visible), temperature)

@@ -1,0 +1,222 @@
+"""Parason data tools: convert traces between the two formats; label parallel stages Subtask / Trial.
+
+Conversion works on the :mod:`formats` tree (never on tag strings) and only where the formats
+correspond:
+
+* Parallel-R1 -> Parason: each ``<Path>`` becomes one branch whose Thread is the path text; its
+  kind (``subtask`` / ``trial``) and outline come from ``labels`` (one ``(kind, outline)`` list per
+  block; default: kind ``default_kind`` and the path's first sentence as outline).  The
+  ``<Summary>`` text has no slot in Parason (the main chain merges), so it opens the main-chain
+  text after the block, followed by a newline.
+* Parason -> Parallel-R1: flat regions only (a nested region has no Parallel-R1 form: ValueError);
+  Threads become Paths, outline entries are dropped, and the first line of the main-chain text
+  after the region becomes the ``<Summary>``.  Both directions round-trip when summaries are one line.
+
+Annotator (Parason §taxonomy): an LLM (any :class:`~evaluation.teachers.Teacher`, e.g. the builder's
+HTTP endpoint) reads each parallel stage and answers ``Subtask`` (independent parts, all needed)
+or ``Trial`` (competing attempts); :func:`taxonomy` gives the share of Subtask vs Trial stages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from formats import PATH, SUBTASK, TRIAL, Block, Branch, Trajectory, get_spec, parse, render
+
+__all__ = ["ANNOTATOR_PROMPT", "add_cli", "annotate_trace", "convert", "parse_label", "stages", "taxonomy"]
+
+ANNOTATOR_PROMPT = (
+    "Below is one step of a solution where the reasoning split into {n} branches that were written "
+    "independently.\n\n{branches}\n\nClassify the step. Answer Subtask if the branches work on different "
+    "parts of the problem and every branch's result is needed afterwards. Answer Trial if the branches "
+    "are competing attempts or hypotheses for the same thing, where one successful branch would be "
+    "enough. Reply with exactly one word: Subtask or Trial.\n\nAnswer:"
+)
+
+
+def _outline_of(text: str) -> str:
+    """A short outline entry: the first sentence (or line) of a branch, at most 12 words."""
+    first = re.split(r"(?<=[.!?])\s|\n", text.strip(), maxsplit=1)[0]
+    return " ".join(first.split()[:12])
+
+
+def _text(body: Sequence) -> str:
+    if any(isinstance(x, Block) for x in body):
+        raise ValueError("a nested parallel region has no Parallel-R1 form")
+    return "".join(body)
+
+
+def _r1_to_parason(tree: Trajectory, labels: Sequence[Sequence[tuple[str, str | None]]] | None,
+                   default_kind: str) -> Trajectory:
+    nodes: list = []
+    carry = None  # the summary waiting to open the next main-chain text
+    bi = 0
+    for node in list(tree.nodes) + [""]:
+        if isinstance(node, Block):
+            if carry is not None:
+                nodes.append(carry)
+            lab = labels[bi] if labels is not None else [(default_kind, None)] * len(node.branches)
+            if len(lab) != len(node.branches):
+                raise ValueError(f"block {bi}: {len(lab)} labels for {len(node.branches)} paths")
+            branches = []
+            for br, (kind, outline) in zip(node.branches, lab):
+                if kind not in (SUBTASK, TRIAL):
+                    raise ValueError(f"block {bi}: kind must be {SUBTASK!r} or {TRIAL!r}, got {kind!r}")
+                body = "".join(br.body)
+                branches.append(Branch(kind, (body,) if body else (), _outline_of(body) if outline is None else outline))
+            nodes.append(Block(tuple(branches), None, ()))
+            carry, bi = node.summary or "", bi + 1
+        else:
+            text = node if carry is None else (carry + "\n" + node if node else carry)
+            if text:
+                nodes.append(text)
+            carry = None
+    return Trajectory(tuple(_merge_text(nodes)))
+
+
+def _parason_to_r1(tree: Trajectory) -> Trajectory:
+    nodes: list = []
+    items = list(tree.nodes)
+    i = 0
+    while i < len(items):
+        node = items[i]
+        if isinstance(node, Block):
+            nxt = items[i + 1] if i + 1 < len(items) and isinstance(items[i + 1], str) else ""
+            summary, _, rest = nxt.partition("\n")
+            paths = tuple(Branch(PATH, (t,) if (t := _text(b.body)) else (), None) for b in node.branches)
+            nodes.append(Block(paths, summary, ()))
+            if rest:
+                nodes.append(rest)
+            i += 2 if nxt else 1
+        else:
+            nodes.append(node)
+            i += 1
+    return Trajectory(tuple(_merge_text(nodes)))
+
+
+def _merge_text(nodes: list) -> list:
+    """Canonical node sequence: no empty strings, no two adjacent strings."""
+    out: list = []
+    for n in nodes:
+        if isinstance(n, str):
+            if not n:
+                continue
+            if out and isinstance(out[-1], str):
+                out[-1] += n
+                continue
+        out.append(n)
+    return out
+
+
+def convert(text: str, src: str, dst: str, labels: Sequence[Sequence[tuple[str, str | None]]] | None = None,
+            default_kind: str = TRIAL) -> str:
+    """``text`` in format ``src`` rendered in format ``dst`` (see module docstring); ValueError if impossible."""
+    get_spec(src), get_spec(dst)
+    res = parse(text, src)
+    if not res.ok:
+        raise ValueError(f"not a valid {src} trace: {res.status} ({res.error.message if res.error else ''})")
+    if src == dst:
+        return text
+    tree = _r1_to_parason(res.tree, labels, default_kind) if src == "parallel_r1" else _parason_to_r1(res.tree)
+    return render(tree, dst)
+
+
+def stages(text: str, fmt: str) -> list[list[str]]:
+    """The branch texts of every parallel block (nested Parason blocks included, depth first)."""
+    res = parse(text, fmt)
+    if not res.ok:
+        raise ValueError(f"not a valid {fmt} trace: {res.status}")
+    out: list[list[str]] = []
+
+    def walk(nodes: Sequence) -> None:
+        for n in nodes:
+            if isinstance(n, Block):
+                spec = get_spec(fmt)
+                out.append([render(Trajectory(tuple(b.body)), spec) for b in n.branches])
+                for b in n.branches:
+                    walk(b.body)
+
+    walk(res.tree.nodes)
+    return out
+
+
+def parse_label(reply: str) -> str | None:
+    """``subtask`` / ``trial`` from an annotator reply (the last of the two words it names), else None."""
+    hits = re.findall(r"\b(subtask|trial)s?\b", reply.lower())
+    return hits[-1] if hits else None
+
+
+def annotate_trace(text: str, fmt: str, teacher: Any, seed: int = 0) -> list[str | None]:
+    """One label per parallel stage of ``text`` (``subtask``, ``trial`` or None when unparseable)."""
+    blocks = stages(text, fmt)
+    prompts = [ANNOTATOR_PROMPT.format(n=len(b), branches="\n\n".join(f"Branch {i + 1}:\n{t.strip()}"
+                                                                      for i, t in enumerate(b))) for b in blocks]
+    replies = teacher.complete(prompts, n=1, seed=seed) if prompts else []
+    return [parse_label(r[0]) for r in replies]
+
+
+def taxonomy(labels: Sequence[Sequence[str | None]]) -> dict[str, float | int]:
+    """Share of Subtask vs Trial stages over all traces (unlabelled stages counted apart)."""
+    flat = [x for row in labels for x in row]
+    sub, tri = flat.count(SUBTASK), flat.count(TRIAL)
+    labelled = sub + tri
+    return {"stages": len(flat), "subtask": sub, "trial": tri, "unlabelled": len(flat) - labelled,
+            "subtask_share": sub / labelled if labelled else 0.0, "trial_share": tri / labelled if labelled else 0.0}
+
+
+def add_cli(sub: Any) -> None:
+    """Register ``annotate`` and ``convert`` on the ``python -m evaluation`` parser."""
+    a = sub.add_parser("annotate", help="label each parallel stage Subtask/Trial with an LLM endpoint")
+    a.add_argument("path", help="JSONL with a 'trace' (or 'text') field")
+    a.add_argument("--format", default="parallel_r1", choices=("parallel_r1", "parason"))
+    a.add_argument("--endpoint", required=True)
+    a.add_argument("--model", default="default")
+    a.add_argument("--chat", action="store_true")
+    a.add_argument("--out", required=True, help="output JSONL: input rows + labels (+ parason trace)")
+    c = sub.add_parser("convert", help="convert traces between parallel_r1 and parason")
+    c.add_argument("path")
+    c.add_argument("--src", required=True, choices=("parallel_r1", "parason"))
+    c.add_argument("--dst", required=True, choices=("parallel_r1", "parason"))
+    c.add_argument("--kind", default=TRIAL, choices=(SUBTASK, TRIAL), help="branch kind when no labels")
+    c.add_argument("--out", required=True)
+
+    def rows(path: str) -> list[dict]:
+        return [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+
+    def run_annotate(x: argparse.Namespace) -> int:
+        from evaluation.teachers import HTTPTeacher
+
+        teacher = HTTPTeacher(x.endpoint, x.model, chat=x.chat, temperature=0.0, max_tokens=8)
+        out, all_labels = [], []
+        for r in rows(x.path):
+            text = r.get("trace", r.get("text", ""))
+            labels = annotate_trace(text, x.format, teacher)
+            all_labels.append(labels)
+            r = {**r, "stage_labels": labels}
+            if x.format == "parallel_r1" and all(labels):
+                per_block = [[(lab, None)] * len(b) for lab, b in zip(labels, stages(text, x.format))]
+                r["parason_trace"] = convert(text, "parallel_r1", "parason", per_block)
+            out.append(r)
+        Path(x.out).write_text("".join(json.dumps(r) + "\n" for r in out))
+        print(json.dumps(taxonomy(all_labels)))
+        return 0
+
+    def run_convert(x: argparse.Namespace) -> int:
+        out, failed = [], 0
+        for r in rows(x.path):
+            try:
+                out.append({**r, "trace": convert(r.get("trace", r.get("text", "")), x.src, x.dst, default_kind=x.kind),
+                            "format": x.dst})
+            except ValueError:
+                failed += 1  # no counterpart in the target format (nested region, malformed)
+        Path(x.out).write_text("".join(json.dumps(r) + "\n" for r in out))
+        print(json.dumps({"converted": len(out), "skipped": failed}))
+        return 0
+
+    a.set_defaults(run=run_annotate)
+    c.set_defaults(run=run_convert)

@@ -1,0 +1,178 @@
+"""``python -m evaluation``: evaluate saved outputs or a checkpoint; build and annotate data.
+
+Algorithm: load benchmarks (local files or hub names) -> k samples per problem at temperature T
+through the rollout engine (sequential decoding) or read them from a JSONL -> score with the
+``accuracy`` reward -> mean@k, unbiased pass@k, #Parallel, first-<Parallel> position, critical
+path, speed-up, accuracy under critical-path budgets, difficulty strata -> metrics.json,
+report.md, PNG plots, optional W&B (offline) logging.
+
+Launch::
+
+    python -m evaluation outputs runs/x/samples.jsonl --format parason --budgets 16,32,64 --out runs/x/eval
+    python -m evaluation checkpoint runs/x/checkpoints/step_000020 --benchmarks toyworld --k 8 \\
+        --temperature 1.0 --max-new-tokens 96 --style raw --out runs/x/eval --wandb
+    python -m evaluation checkpoint Qwen3-4B-dir --benchmarks aime25,aime24,amc23,math500 --k 16 --engine vllm
+
+A bare path also works: a directory is a checkpoint, a file a JSONL of outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from evaluation.metrics import PAPER_BUDGETS, evaluate_outputs
+
+__all__ = ["main", "read_outputs"]
+
+_TEXT_KEYS = ("text", "response", "output", "completion")
+_ANSWER_KEYS = ("answer", "ground_truth", "gold")
+
+
+def read_outputs(path: str | Path, default_benchmark: str = "default") -> list[dict]:
+    """Samples from a JSONL: one per row (``text``), or a row with ``texts``/``responses`` lists."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"outputs file not found: {p}")
+    out: list[dict] = []
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}:{n}: not valid JSON ({e.msg})") from e
+        row.setdefault("benchmark", default_benchmark)
+        for key in _ANSWER_KEYS:
+            if key in row and "answer" not in row:
+                row["answer"] = row[key]
+        if "uid" not in row:
+            raise ValueError(f"{p}:{n}: row has no 'uid' (the problem id grouping its k samples)")
+        many = row.pop("texts", None) or row.pop("responses", None)
+        if many is not None:
+            out += [{**row, "text": t} for t in many]
+            continue
+        text = next((row[k] for k in _TEXT_KEYS if k in row), None)
+        if text is None:
+            raise ValueError(f"{p}:{n}: row has none of the text fields {_TEXT_KEYS} or 'texts'")
+        out.append({**row, "text": text})
+    return out
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from e
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", default="parallel_r1", choices=("parallel_r1", "parason"))
+    p.add_argument("--k", type=int, default=None, help="samples per problem (outputs: default = fewest present)")
+    p.add_argument("--budgets", type=_ints, default=list(PAPER_BUDGETS), help="critical-path budgets, e.g. 16,32,64")
+    p.add_argument("--pass-ks", type=_ints, default=None, help="pass@j values (default 1, powers of 2, k)")
+    p.add_argument("--out", default="eval_out", help="output directory")
+    p.add_argument("--label", default=None, help="row label in the tables (default: input name)")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--wandb", action="store_true", help="log to W&B (mode from --wandb-mode)")
+    p.add_argument("--wandb-mode", default="offline", choices=("offline", "online", "disabled"))
+    p.add_argument("--wandb-project", default="parallax")
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m evaluation", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    o = sub.add_parser("outputs", help="score a JSONL of model outputs")
+    o.add_argument("path")
+    o.add_argument("--tokenizer", default=None, help="HF tokenizer dir for real token counts")
+    o.add_argument("--benchmark", default="default", help="benchmark of rows without one")
+    _common(o)
+    c = sub.add_parser("checkpoint", help="generate from an HF checkpoint, then score")
+    c.add_argument("path")
+    c.add_argument("--benchmarks", default="toyworld", help="comma list: toyworld,gsm8k,math500,aime24,...")
+    c.add_argument("--source", action="append", default=[], help="NAME=FILE_OR_HUB_NAME override (repeatable)")
+    c.add_argument("--data-dir", default=None)
+    c.add_argument("--limit", type=int, default=None, help="first N problems of each benchmark")
+    c.add_argument("--temperature", type=float, default=1.0)
+    c.add_argument("--top-p", type=float, default=1.0)
+    c.add_argument("--max-new-tokens", type=int, default=256)
+    c.add_argument("--style", default="parallel", choices=("parallel", "plain", "raw"))
+    c.add_argument("--engine", default="hf")
+    c.add_argument("--dtype", default="float32")
+    c.add_argument("--batch-size", type=int, default=64)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--toy-n", type=int, default=128)
+    c.add_argument("--toy-seed", type=int, default=0)
+    c.add_argument("--toy-difficulty", type=_ints, default=[1])
+    c.add_argument("--toy-family", default="mixed")
+    _common(c)
+    from evaluation.builder import add_cli as add_builder_cli
+    from evaluation.annotate import add_cli as add_annotate_cli
+
+    add_builder_cli(sub)
+    add_annotate_cli(sub)
+    return ap
+
+
+def _finish(result: dict, args: argparse.Namespace, label: str) -> int:
+    from evaluation.report import log_wandb, write_report
+
+    files = write_report(result, args.out, label=label, plots=not args.no_plots)
+    if not args.no_plots and files["plot_backend"] is None:
+        print("note: neither matplotlib nor Pillow is installed; no plots written", file=sys.stderr)
+    if args.wandb:
+        files["wandb"] = log_wandb(result, project=args.wandb_project, run_name=label, mode=args.wandb_mode,
+                                   out_dir=args.out, plot_paths=files["plots"])
+    print(Path(files["markdown"]).read_text())
+    print(json.dumps(files))
+    return 0
+
+
+def _outputs(args: argparse.Namespace) -> int:
+    samples = read_outputs(args.path, args.benchmark)
+    tok = None
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(args.tokenizer)
+    result = evaluate_outputs(samples, args.format, args.k, budgets=args.budgets, pass_ks=args.pass_ks, tokenizer=tok)
+    return _finish(result, args, args.label or Path(args.path).stem)
+
+
+def _checkpoint(args: argparse.Namespace) -> int:
+    from evaluation.loaders import load_benchmark
+    from evaluation.runner import generate_samples
+
+    sources = dict(s.split("=", 1) for s in args.source)
+    diff = tuple(args.toy_difficulty) if len(args.toy_difficulty) > 1 else args.toy_difficulty[0]
+    problems = []
+    for name in [b for b in args.benchmarks.split(",") if b]:
+        toy = dict(n=args.toy_n, seed=args.toy_seed, difficulty=diff, family=args.toy_family) if name == "toyworld" else {}
+        problems += load_benchmark(name, sources.get(name), data_dir=args.data_dir, limit=args.limit, **toy)
+    k = args.k or 1
+    samples, tok = generate_samples(args.path, problems, k, temperature=args.temperature, top_p=args.top_p,
+                                    max_new_tokens=args.max_new_tokens, style=args.style, fmt=args.format,
+                                    seed=args.seed, engine=args.engine, dtype=args.dtype, batch_size=args.batch_size)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    with open(Path(args.out) / "samples.jsonl", "w") as f:
+        f.writelines(json.dumps(s) + "\n" for s in samples)
+    result = evaluate_outputs(samples, args.format, k, budgets=args.budgets, pass_ks=args.pass_ks, tokenizer=tok)
+    result["generation"] = {"model": str(args.path), "temperature": args.temperature, "top_p": args.top_p,
+                            "max_new_tokens": args.max_new_tokens, "style": args.style, "seed": args.seed,
+                            "mode": "sequential", "token_unit": "model tokenizer"}
+    return _finish(result, args, args.label or Path(args.path).name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in ("outputs", "checkpoint", "build-gsm8k", "annotate", "convert", "-h", "--help"):
+        argv.insert(0, "checkpoint" if Path(argv[0]).is_dir() else "outputs")  # bare path
+    args = _parser().parse_args(argv)
+    try:
+        return {"outputs": _outputs, "checkpoint": _checkpoint}.get(args.cmd, lambda a: a.run(a))(args)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,48 @@
+"""Shared fixtures: a tiny model built once per session, and one local Ray cluster."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory) -> str:
+    import toyworld
+    from tinylm import TinyModelConfig, build_tiny_model
+
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny"), TinyModelConfig(), toyworld.corpus(500, 0)))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster for every Ray test (starting one costs ~7 s)."""
+    import ray
+
+    from orchestrator.config import ClusterConfig
+    from orchestrator.setup import start_cluster
+
+    start_cluster(ClusterConfig(num_cpus=4, include_dashboard=False))
+    yield ray
+    ray.shutdown()
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu`-marked tests run only where CUDA is available (the device machine)."""
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

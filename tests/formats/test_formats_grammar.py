@@ -1,0 +1,176 @@
+"""Grammars: compile with xgrammar on CPU; the grammar, the strict parser and the renderer agree."""
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fmt_strategies import mutate, trees
+from formats import PARALLEL_R1, PARASON, GrammarChecker, ebnf, get_spec, parse, render
+
+xgr = pytest.importorskip("xgrammar")
+
+SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+SMALL = get_spec("parason", min_branches=1, max_branches=3, max_depth=2, thread_open="<T>", thread_close="</T>")
+SMALL_R1 = get_spec("parallel_r1", min_branches=3, max_branches=4, summary_open="<Sum>", summary_close="</Sum>")
+
+
+@pytest.fixture(scope="module")
+def small_checkers(hf_tokenizer):
+    return {SMALL: GrammarChecker(SMALL, hf_tokenizer), SMALL_R1: GrammarChecker(SMALL_R1, hf_tokenizer)}
+
+
+def test_ebnf_shape():
+    for spec in (PARALLEL_R1, PARASON, SMALL):
+        g = ebnf(spec)
+        assert g.startswith("root ::= ")
+        for t in spec.tags:
+            assert f'"{t}"' in g
+    assert "block_4" in ebnf(PARASON) and "block_5" not in ebnf(PARASON)
+    assert "block_2" in ebnf(SMALL) and "block_3" not in ebnf(SMALL)
+    assert ebnf("parason") == ebnf(PARASON)
+
+
+def test_ebnf_parses_in_xgrammar():
+    for spec in (PARALLEL_R1, PARASON, SMALL, SMALL_R1):
+        xgr.Grammar.from_ebnf(ebnf(spec))
+
+
+def test_compiles_with_real_tokenizer(hf_tokenizer):
+    from formats import compile_grammar
+
+    for name in ("parallel_r1", "parason"):
+        cg = compile_grammar(name, hf_tokenizer)
+        assert isinstance(cg, xgr.CompiledGrammar)
+
+
+def test_accept_string_exists():
+    assert hasattr(xgr.GrammarMatcher, "accept_string")
+
+
+HAND = [
+    ("", "parason", True),
+    ("x < 3 <Foo> <Pa th>", "parason", True),
+    ("First. <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>"
+     "<Thread>3*4=12</Thread><Thread>5*6=30</Thread></Parallel> 12+30=42 #### 42", "parason", True),
+    ("<Parallel><Outlines><Subtask>a</Subtask></Outlines><Thread>x</Thread></Parallel>", "parason", False),
+    ("<Parallel><Outlines><Subtask>a</Subtask><Trial>b</Trial></Outlines><Thread>x</Thread></Parallel>", "parason", False),
+    ("<Parallel> <Outlines>\n<Subtask>a</Subtask>\t<Trial>b</Trial> </Outlines>\n<Thread>x</Thread> <Thread>y</Thread>\n</Parallel>", "parason", True),
+    ("<Parallel><Outlines>z<Subtask>a</Subtask><Trial>b</Trial></Outlines><Thread>x</Thread><Thread>y</Thread></Parallel>", "parason", False),
+    ("<Parallel><Path>a</Path><Path>b</Path><Summary>s</Summary></Parallel>", "parallel_r1", True),
+    ("<Parallel><Path>a</Path><Summary>s</Summary></Parallel>", "parallel_r1", False),
+    ("<Parallel><Path>a</Path><Path>b</Path></Parallel>", "parallel_r1", False),
+    ("<Parallel><Path>a<Path>b</Path><Path>b</Path><Summary>s</Summary></Parallel>", "parallel_r1", False),
+    ("<Parallel><Path>a <Thread> b</Path><Path>b</Path><Summary>s</Summary></Parallel>", "parallel_r1", True),
+    ("<Parallel>" + "<Path>p</Path>" * 8 + "<Summary></Summary></Parallel>", "parallel_r1", True),
+    ("<Parallel>" + "<Path>p</Path>" * 9 + "<Summary></Summary></Parallel>", "parallel_r1", False),
+    ("</Parallel>", "parason", False),
+    ("<Parallel", "parason", True),
+    ("a </Thread", "parason", True),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text,fmt,ok", HAND)
+def test_hand_cases_agree(checkers, text, fmt, ok):
+    assert parse(text, fmt).ok is ok
+    assert checkers[fmt].accepts(text) is ok
+    assert checkers[fmt].accepts_tokens(text) is ok
+
+
+def _nest(depth):
+    s = "leaf"
+    for _ in range(depth):
+        s = f"<Parallel><Outlines><Subtask>o</Subtask><Trial>p</Trial></Outlines><Thread>{s}</Thread><Thread>q</Thread></Parallel>"
+    return s
+
+
+@pytest.mark.parametrize("depth,ok", [(1, True), (4, True), (5, False)])
+def test_depth_agrees(checkers, depth, ok):
+    assert parse(_nest(depth), "parason").ok is ok
+    assert checkers["parason"].accepts(_nest(depth)) is ok
+
+
+def _roundtrip_and_grammar(tree, spec, checker):
+    text = render(tree, spec)
+    r = parse(text, spec)
+    assert r.ok, (text, r.error)
+    assert r.tree == tree
+    assert render(r.tree, spec) == text
+    assert checker.accepts(text), text
+
+
+@settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees(PARASON))
+def test_property_parason(checkers, tree):
+    _roundtrip_and_grammar(tree, PARASON, checkers["parason"])
+
+
+@SETTINGS
+@given(trees(PARALLEL_R1))
+def test_property_r1(checkers, tree):
+    _roundtrip_and_grammar(tree, PARALLEL_R1, checkers["parallel_r1"])
+
+
+@SETTINGS
+@given(trees(SMALL))
+def test_property_small_custom_spec(small_checkers, tree):
+    _roundtrip_and_grammar(tree, SMALL, small_checkers[SMALL])
+
+
+@SETTINGS
+@given(trees(SMALL_R1))
+def test_property_small_custom_r1(small_checkers, tree):
+    _roundtrip_and_grammar(tree, SMALL_R1, small_checkers[SMALL_R1])
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees(PARASON))
+def test_property_token_level(checkers, tree):
+    text = render(tree, PARASON)
+    assert checkers["parason"].accepts_tokens(text)
+
+
+def _differential(spec, checker, tree, seed):
+    rng = random.Random(seed)
+    s = render(tree, spec)
+    for _ in range(4):
+        s = mutate(s, spec, rng)
+        assert checker.accepts(s) == parse(s, spec).ok, repr(s)
+
+
+@settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees(PARASON), st.integers(0, 2**32))
+def test_differential_parason(checkers, tree, seed):
+    _differential(PARASON, checkers["parason"], tree, seed)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees(PARALLEL_R1), st.integers(0, 2**32))
+def test_differential_r1(checkers, tree, seed):
+    _differential(PARALLEL_R1, checkers["parallel_r1"], tree, seed)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees(SMALL), st.integers(0, 2**32))
+def test_differential_small(small_checkers, tree, seed):
+    _differential(SMALL, small_checkers[SMALL], tree, seed)
+
+
+def test_differential_seeded_corpus(checkers):
+    """Deterministic: 600 mutants of hand-written valid texts; count both outcomes occur."""
+    from test_formats_parser import EXAMPLE, NESTED, R1
+
+    rng = random.Random(1234)
+    seen = {True: 0, False: 0}
+    for base, fmt in ((EXAMPLE, "parason"), (NESTED, "parason"), (_nest(4), "parason"), (R1, "parallel_r1")):
+        spec = PARASON if fmt == "parason" else PARALLEL_R1
+        for _ in range(150):
+            s = base
+            for _ in range(rng.randint(1, 3)):
+                s = mutate(s, spec, rng)
+            ok = parse(s, spec).ok
+            assert checkers[fmt].accepts(s) == ok, repr(s)
+            seen[ok] += 1
+    assert seen[True] > 20 and seen[False] > 200

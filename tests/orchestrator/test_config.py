@@ -1,0 +1,78 @@
+"""Hydra composition of every experiment, and errors for bad configs before anything starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException, MissingConfigException
+
+from orchestrator.config import ConfigError, ParallaxConfig, register_configs, validate
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+register_configs()
+
+
+def _compose(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=[*overrides, "run_dir=/tmp/x"])
+
+
+def test_default_composes_to_typed_config():
+    cfg = validate(_compose())
+    assert isinstance(cfg, ParallaxConfig)
+    assert cfg.rollout.engine == "hf" and cfg.learner.zero_stage == 1
+    assert (cfg.learner.clip_ratio_low, cfg.learner.clip_ratio_high) == (0.2, 0.28)
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_composes(name):
+    cfg = validate(_compose(f"+experiment={name}"))
+    assert cfg.trainer.prompts_per_step >= 1
+
+
+def test_unknown_experiment_is_reported():
+    with pytest.raises(MissingConfigException, match="experiment/nope"):
+        _compose("+experiment=nope")
+
+
+def test_unknown_key_is_reported():
+    with pytest.raises(ConfigCompositionException, match="learner.foo") as e:
+        _compose("learner.foo=1")
+    assert "not in 'LearnerConfig'" in str(e.value.__cause__)
+
+
+@pytest.mark.parametrize("override,key", [
+    ("trainer.prompts_per_step=-4", "trainer.prompts_per_step"),
+    ("learner.clip_ratio_high=1.5", "learner.clip_ratio_high"),
+    ("learner.zero_stage=5", "learner.zero_stage"),
+    ("rollout.temperature=0", "rollout.temperature"),
+    ("logging.wandb_mode=cloud", "logging.wandb_mode"),
+])
+def test_invalid_values_name_their_key(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate(_compose(override))
+
+
+def test_batch_must_split_across_learners():
+    with pytest.raises(ConfigError, match="learner.num_actors"):
+        validate(_compose("learner.num_actors=3", "trainer.prompts_per_step=4", "rollout.n=4"))
+
+
+def test_wrong_type_is_reported():
+    with pytest.raises((ConfigCompositionException, ConfigError)):
+        validate(_compose("rollout.n=many"))
+
+
+def test_cli_reports_config_error_before_ray(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "orchestrator", "learner.clip_ratio_high=2",
+                          f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120,
+                         cwd=CONF.parent)
+    assert out.returncode == 2
+    assert "learner.clip_ratio_high" in out.stderr
+    assert "ray" not in out.stderr.lower()  # failed before any Ray start

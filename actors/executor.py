@@ -132,7 +132,7 @@ class _Row(RowState):
     forks: int = 0
     group: _Group | None = None
     k: int = 0
-    matcher: object | None = None
+    matcher: object | None = None  # GrammarState when decoding under the grammar
     cur: Segment | None = None  # the segment this row is extending
 
     def view(self) -> RowView:
@@ -279,7 +279,7 @@ class ParallelExecutor:
             tracker, open_tag = r.tracker.branch(k)
             child = self._new_row(r.traj, tracker, open_tag, pos=r.pos, length=r.length, kv=group.kv,
                                   role=r.role + (r.forks, k), role_tokens=[], segs=list(r.segs),
-                                  matcher=r.matcher.fork() if r.matcher is not None else None)
+                                  matcher=self.grammar.fork(r.matcher) if r.matcher is not None else None)
             child.group, child.k = group, k
             children.append(child)
         r.forks += 1
@@ -320,7 +320,7 @@ class ParallelExecutor:
         tracker = Tracker(self.tags, self.eos, self.cfg.mode == "executed", self.cfg.num_paths)
         row = _Row(feed=self.pad, pos=len(prompt), length=len(prompt), traj=traj, tracker=tracker,
                    segs=[prompt_segment(prompt)], request=self._request(traj))
-        row.matcher = self.grammar.new_matcher() if self.grammar is not None else None
+        row.matcher = self.grammar.new_state() if self.grammar is not None else None
         traj.rows.append(row)
         return row
 

@@ -218,7 +218,7 @@ class Tracker:
                 return top.close
             if not top.flag:
                 return t[s.outlines_open]
-            return t[s.outlines_close] if top.n > 0 else t[s.subtask_open]
+            return t[s.outlines_close] if top.n >= s.min_branches else t[s.subtask_open]  # empty entries
         if top.kind == SUMMARY:
             return t[s.parallel_close] if top.flag else t[s.summary_close]
         return self._open_tag()  # BRANCHES: open the next (empty) branch

@@ -48,6 +48,7 @@ class HFEngine:
         self.max_batch_size = max_batch_size
         self.eos_id = self.tokenizer.eos_token_id
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
+        self._executors: dict[str, Any] = {}  # repr(ExecutorConfig) -> ParallelExecutor (grammar compiled once)
 
     def load_weights(self, state_dict: dict[str, Any]) -> None:
         missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
@@ -58,6 +59,20 @@ class HFEngine:
 
     def parameters_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def execute(self, prompts: list[list[int]], params: SamplingParams, cfg) -> list:
+        """Parallel-format rollout on this engine's model: `actors.executor.ParallelExecutor.run`.
+
+        `cfg` is an `ExecutorConfig` (executed fork/join or sequential mode, caps, grammar).
+        Returns one `Execution` (token ids, logprobs, finish reason, `ExecutionRecord`) per prompt.
+        Weights loaded with `load_weights` apply: the executor shares the model.
+        """
+        from actors.executor import ParallelExecutor
+
+        key = repr(cfg)
+        if key not in self._executors:
+            self._executors[key] = ParallelExecutor.from_engine(self, cfg)
+        return self._executors[key].run(prompts, params)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:

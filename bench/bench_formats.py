@@ -6,7 +6,9 @@ Parallel-R1, half Parason with nesting; ~10% sequential-only, ~10% truncated), t
 
     python bench/bench_formats.py [--n 10000] [--tokens 4000] [--repeat 3] [--seed 0]
 
-Prints a table and one final JSON line (``{"bench": "formats", "traj_per_s": ..., ...}``).
+Prints a table and one final JSON line (``{"bench": "formats", "traj_per_s": ..., ...}``):
+``traj_per_s``/``mb_per_s`` from wall time, ``traj_per_cpu_s`` from process CPU time (less
+sensitive to other load on the machine), and a CPU calibration figure to compare machines.
 """
 
 from __future__ import annotations
@@ -20,12 +22,43 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from formats import PARALLEL_R1, PARASON, compute_metrics, parse  # noqa: E402
+from formats import PARALLEL_R1, PARASON, compute_metrics, parse
 
-_WORDS = (
-    "we compute the value of x so 3*4=12 then 5+7=12 and hence total is 42 check y < 3 "
-    "because (a+b)^2 = a^2+2ab+b^2 therefore answer follows let n = 10 sum over k"
-).split()
+_WORDS = [
+    "we",
+    "compute",
+    "the",
+    "value",
+    "of",
+    "x",
+    "so",
+    "3*4=12",
+    "then",
+    "5+7=12",
+    "and",
+    "hence",
+    "total",
+    "is",
+    "42",
+    "check",
+    "y",
+    "<",
+    "3",
+    "because",
+    "(a+b)^2",
+    "=",
+    "a^2+2ab+b^2",
+    "therefore",
+    "answer",
+    "follows",
+    "let",
+    "n",
+    "=",
+    "10",
+    "sum",
+    "over",
+    "k",
+]
 
 
 def _words(rng: random.Random, n: int) -> str:
@@ -88,8 +121,10 @@ def make_corpus(n: int, tokens: int, seed: int) -> list[tuple[str, object]]:
     return corpus
 
 
-def run(corpus) -> tuple[float, int, int]:
+def run(corpus) -> tuple[float, float, int, int]:
+    """One pass over the corpus: (wall seconds, CPU seconds, valid count, summed units)."""
     t0 = time.perf_counter()
+    c0 = time.process_time()
     ok = 0
     units = 0
     for text, spec in corpus:
@@ -97,7 +132,19 @@ def run(corpus) -> tuple[float, int, int]:
         if r.ok:
             ok += 1
             units += compute_metrics(r.tree, spec, text=text).total_tokens
-    return time.perf_counter() - t0, ok, units
+    return time.perf_counter() - t0, time.process_time() - c0, ok, units
+
+
+def calibration_us() -> float:
+    """CPU microseconds for ``sum(range(1000))`` -- ~8-12 us on an unloaded modern core; compare
+    figures from different machines (or loads) relative to it."""
+    best = 1e9
+    for _ in range(5):
+        c0 = time.process_time()
+        for _ in range(200):
+            sum(range(1000))
+        best = min(best, (time.process_time() - c0) / 200 * 1e6)
+    return best
 
 
 def main() -> None:
@@ -110,24 +157,30 @@ def main() -> None:
     corpus = make_corpus(args.n, args.tokens, args.seed)
     mb = sum(len(t.encode()) for t, _ in corpus) / 1e6
     run(corpus[: min(200, len(corpus))])  # warm-up
-    best = None
+    calib = calibration_us()
+    best = best_cpu = None
     for _ in range(args.repeat):
-        dt, ok, units = run(corpus)
+        dt, cpu, ok, units = run(corpus)
         best = dt if best is None else min(best, dt)
-    tps = args.n / best
+        best_cpu = cpu if best_cpu is None else min(best_cpu, cpu)
     row = {
         "bench": "formats",
         "trajectories": args.n,
         "valid": ok,
         "avg_units": round(units / max(ok, 1), 1),
+        "avg_bytes": round(mb * 1e6 / args.n),
         "corpus_mb": round(mb, 2),
-        "seconds": round(best, 4),
-        "traj_per_s": round(tps, 1),
+        "wall_s": round(best, 4),
+        "traj_per_s": round(args.n / best, 1),
         "mb_per_s": round(mb / best, 2),
+        "cpu_s": round(best_cpu, 4),
+        "traj_per_cpu_s": round(args.n / best_cpu, 1),
         "us_per_traj": round(best / args.n * 1e6, 2),
+        "calib_sum_range_1000_us": round(calib, 2),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
     }
     w = max(len(k) for k in row)
-    print("parse + compute_metrics (default units, one core, best of %d)" % args.repeat)
+    print(f"parse + compute_metrics (default units, one core, best of {args.repeat})")
     print("-" * (w + 16))
     for k, v in row.items():
         print(f"{k:<{w}}  {v}")

@@ -109,8 +109,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--toy-difficulty", type=_ints, default=[1])
     c.add_argument("--toy-family", default="mixed")
     _common(c)
-    from evaluation.builder import add_cli as add_builder_cli
     from evaluation.annotate import add_cli as add_annotate_cli
+    from evaluation.builder import add_cli as add_builder_cli
 
     add_builder_cli(sub)
     add_annotate_cli(sub)
@@ -150,7 +150,7 @@ def _checkpoint(args: argparse.Namespace) -> int:
     diff = tuple(args.toy_difficulty) if len(args.toy_difficulty) > 1 else args.toy_difficulty[0]
     problems = []
     for name in [b for b in args.benchmarks.split(",") if b]:
-        toy = dict(n=args.toy_n, seed=args.toy_seed, difficulty=diff, family=args.toy_family) if name == "toyworld" else {}
+        toy = {"n": args.toy_n, "seed": args.toy_seed, "difficulty": diff, "family": args.toy_family} if name == "toyworld" else {}
         problems += load_benchmark(name, sources.get(name), data_dir=args.data_dir, limit=args.limit, **toy)
     k = args.k or 1
     samples, tok = generate_samples(args.path, problems, k, temperature=args.temperature, top_p=args.top_p,

@@ -92,7 +92,7 @@ def _pil(chart: Chart, path: Path) -> None:
     d = ImageDraw.Draw(img)
     ys = [y for v in chart.series.values() for y in v if y is not None] or [0.0]
     ymax = max(ys) * 1.1 or 1.0
-    px = lambda y: H - B - (H - T - B) * (y / ymax)  # noqa: E731
+    px = lambda y: H - B - (H - T - B) * (y / ymax)
     d.line([(L, T), (L, H - B), (W - R, H - B)], fill="black")
     for i in range(5):  # y ticks
         y = ymax * i / 4

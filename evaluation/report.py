@@ -107,8 +107,8 @@ def markdown_report(results: dict[str, dict], title: str = "Parallax evaluation"
     """The four tables for ``{label: evaluate_outputs result}``."""
     if not results:
         raise ValueError("no results to report")
-    parts = [f"# {title}", "", "Accuracy in %, k samples per problem; #Parallel = share of samples with a "
-             "well-formed parallel block; Avg. = mean of Mean@k over benchmarks.", "", "## Accuracy", "",
+    parts = [f"# {title}", "", ("Accuracy in %, k samples per problem; #Parallel = share of samples with a "
+             "well-formed parallel block; Avg. = mean of Mean@k over benchmarks."), "", "## Accuracy", "",
              _main_table(results), "", "## Accuracy under a critical-path budget B", "",
              "A sample counts as correct under B only if it is correct and its critical path is at most B tokens.",
              "", _budget_table(results), "", "## Parallelism and latency", "", _latency_table(results)]

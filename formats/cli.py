@@ -65,11 +65,11 @@ def stats_command(path: str, fmt: str, tokenizer_dir: str | None, out=None) -> i
             else:
                 from transformers import AutoTokenizer as _Tok
             tokenizer = _Tok.from_pretrained(tokenizer_dir, local_files_only=True)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 -- report any loader failure
             print(f"error: cannot load tokenizer from {tokenizer_dir!r}: {e}", file=sys.stderr)
             return 2
     try:
-        fh = sys.stdin.buffer if path == "-" else open(path, "rb")
+        fh = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 -- closed below
     except OSError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -92,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     st = sub.add_parser("stats", help="per-line metrics of a JSONL file of trajectories")
     st.add_argument("file", help='JSONL file, one {"text": ...} per line ("-" for stdin)')
     st.add_argument("--format", required=True, choices=FORMAT_NAMES)
-    st.add_argument("--tokenizer", default=None, help="HF tokenizer directory (default: whitespace/tag units)")
+    st.add_argument(
+        "--tokenizer", default=None, help="HF tokenizer directory (default: whitespace/tag units)"
+    )
     args = ap.parse_args(argv)
     if args.cmd == "stats":
         return stats_command(args.file, args.format, args.tokenizer)

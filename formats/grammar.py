@@ -23,7 +23,7 @@ from functools import lru_cache
 from formats.parser import resolve_spec
 from formats.spec import FormatSpec
 
-__all__ = ["ebnf", "compile_grammar", "GrammarChecker"]
+__all__ = ["GrammarChecker", "compile_grammar", "ebnf"]
 
 
 def _lit(s: str) -> str:

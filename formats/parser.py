@@ -37,21 +37,22 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import accumulate
 
 from formats.spec import FormatSpec, get_spec
 from formats.tree import PATH, SUBTASK, TRIAL, Block, Branch, Trajectory
 
 __all__ = [
+    "GAP_CHARS",
+    "STATUSES",
     "ParseError",
     "ParseResult",
+    "final_segment",
     "parse",
     "render",
-    "final_segment",
     "resolve_spec",
-    "STATUSES",
-    "GAP_CHARS",
 ]
 
 STATUSES = ("ok", "truncated_in_branch", "unclosed_block", "malformed")
@@ -107,12 +108,19 @@ class ParseError:
 
 @dataclass(slots=True)
 class ParseResult:
-    """Outcome of :func:`parse`; ``ok`` iff ``status == "ok"``."""
+    """Outcome of :func:`parse`; ``ok`` iff ``status == "ok"``.
+
+    A successful result also remembers the parsed text and its tag-split pieces, so that
+    :func:`formats.metrics.compute_metrics` given the result counts default units without
+    scanning the text again.
+    """
 
     status: str
     tree: Trajectory | None
     error: ParseError | None
     prefix_end: int
+    _text: str | None = field(default=None, repr=False, compare=False)
+    _parts: list | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -127,7 +135,7 @@ def resolve_spec(spec: FormatSpec | str) -> FormatSpec:
 
 
 class _Compiled:
-    __slots__ = ("spec", "regex", "split", "codes", "parason", "tags")
+    __slots__ = ("codes", "parason", "regex", "spec", "split", "tags")
 
     def __init__(self, spec: FormatSpec):
         self.spec = spec
@@ -180,12 +188,13 @@ _WS_TABLE = bytes(32 if b in b" \t\n\r\x0b\x0c" else 97 for b in range(256))
 
 def _default_token_offset(text: str, pos: int, comp: _Compiled) -> int:
     """Index of the default unit containing char ``pos`` (number of units starting before it)."""
-    n = 0
-    last = 0
-    for m in comp.regex.finditer(text, 0, pos):
-        n += _words(text[last : m.start()]) + 1
-        last = m.end()
-    return n + _words(text[last:pos])
+    parts = comp.split(text[:pos])
+    return _units_before(parts[:-1] if len(parts) > 1 else [], parts[-1])
+
+
+def _units_before(parts: list, tail: str = "") -> int:
+    """Default units in ``parts`` (alternating text, tag, ...) followed by the text ``tail``."""
+    return len(parts) // 2 + sum(_words(p) for p in parts[0::2]) + _words(tail)
 
 
 def _words(s: str) -> int:
@@ -195,8 +204,39 @@ def _words(s: str) -> int:
     return b.count(b" a") + (b[0] == 97)
 
 
-def _token_offset(text: str, pos: int, comp: _Compiled, tokenizer) -> int:
+def part_words(text: str, parts: list) -> list[int]:
+    """Whitespace-word count of every element of ``parts`` (a split of ``text``), vectorised.
+
+    One numpy pass over the text finds every word start; each part's count is then two binary
+    searches.  Equals ``[_words(p) for p in parts]``.
+    """
+    import numpy as np
+
+    n = len(text)
+    if n == 0:
+        return [0] * len(parts)
+    if text.isascii():
+        arr = np.frombuffer(text.encode("ascii"), np.uint8)
+    else:  # one code unit per character, so part lengths are offsets
+        arr = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+    ws = (arr == 32) | ((arr >= 9) & (arr <= 13))
+    starts = np.flatnonzero(ws[:-1] > ws[1:])  # p: whitespace at p, a word starts at p + 1
+    bounds = np.fromiter(accumulate(map(len, parts), initial=0), np.int64, len(parts) + 1)
+    a = bounds[:-1]
+    e = bounds[1:]
+    inner = np.searchsorted(starts, e - 1) - np.searchsorted(starts, a)
+    nonempty = e > a
+    first = ~ws[np.minimum(a, n - 1)] & nonempty
+    return np.where(nonempty, inner + first, 0).tolist()
+
+
+def _token_offset(text: str, pos: int, comp: _Compiled, tokenizer, parts=None, k=None) -> int:
     if tokenizer is None:
+        if parts is not None and k is not None:
+            # pos is the start of part k, or inside the last part (end of input)
+            if k >= len(parts):
+                return _units_before(parts[:-1], parts[-1])
+            return _units_before(parts[:k])
         return _default_token_offset(text, pos, comp)
     try:
         from formats.metrics import _token_starts
@@ -209,11 +249,13 @@ def _token_offset(text: str, pos: int, comp: _Compiled, tokenizer) -> int:
         from formats.metrics import _encode_len
 
         return _encode_len(tokenizer, text[:pos])
-    except Exception:  # a tokenizer failure must not make parse() raise
+    except Exception:  # noqa: BLE001 -- a tokenizer failure must not make parse() raise
         return _default_token_offset(text, pos, comp)
 
 
-def parse(text: str, spec: FormatSpec | str = "parason", *, strict: bool = True, tokenizer=None) -> ParseResult:
+def parse(
+    text: str, spec: FormatSpec | str = "parason", *, strict: bool = True, tokenizer=None
+) -> ParseResult:
     """Parse ``text`` in format ``spec`` (a :class:`FormatSpec` or ``"parallel_r1"``/``"parason"``).
 
     Never raises for any input (a non-``str`` gives status ``"malformed"``, code ``not_a_string``).
@@ -225,9 +267,9 @@ def parse(text: str, spec: FormatSpec | str = "parason", *, strict: bool = True,
         return ParseResult("malformed", Trajectory(()) if not strict else None, err, 0)
     out = _scan(text, comp)
     if out[0] == "ok":
-        return ParseResult("ok", out[1], None, len(text))
-    status, code, msg, pos, tag, prefix_end, top_nodes, top_last = out
-    err = ParseError(code, msg, pos, _token_offset(text, pos, comp, tokenizer), tag)
+        return ParseResult("ok", out[1], None, len(text), text, out[2])
+    status, code, msg, pos, tag, prefix_end, top_nodes, top_last, parts, k = out
+    err = ParseError(code, msg, pos, _token_offset(text, pos, comp, tokenizer, parts, k), tag)
     tree = None
     if not strict:
         nodes = list(top_nodes)
@@ -245,6 +287,20 @@ def _scan(text: str, comp: _Compiled):
     computed on the error path.
     """
     parts = comp.split(text)
+    # local aliases of the module constants (LOAD_FAST in the hot loop)
+    SEQ, R1_BR, IN_PATH, IN_SUM, R1_END = _SEQ, _R1_BR, _IN_PATH, _IN_SUM, _R1_END
+    PA_OPEN, OUTL, IN_ENTRY = _PA_OPEN, _OUTL, _IN_ENTRY
+    P_O, P_C, PATH_O, PATH_C, SUM_O, SUM_C = _P_O, _P_C, _PATH_O, _PATH_C, _SUM_O, _SUM_C
+    OUT_O, OUT_C, SUB_O, SUB_C, TRI_O, TRI_C, THR_O, THR_C = (
+        _OUT_O,
+        _OUT_C,
+        _SUB_O,
+        _SUB_C,
+        _TRI_O,
+        _TRI_C,
+        _THR_O,
+        _THR_C,
+    )
     codes = comp.codes
     parason = comp.parason
     spec = comp.spec
@@ -273,7 +329,19 @@ def _scan(text: str, comp: _Compiled):
             prefix_end = off(top_block_k)
         else:
             prefix_end = pos
-        return ("malformed" if not eof else code, code, msg, pos, tag, prefix_end, top, off(top_last_k))
+        status = "malformed" if not eof else code
+        return (
+            status,
+            code,
+            msg,
+            pos,
+            tag,
+            prefix_end,
+            top,
+            off(top_last_k),
+            parts,
+            len(parts) if eof else k,
+        )
 
     i = 1
     n_parts = len(parts)
@@ -281,8 +349,8 @@ def _scan(text: str, comp: _Compiled):
         tag = parts[i]
         c = codes[tag]
         piece = parts[i - 1]
-        if state == _SEQ:
-            if c == _P_O:
+        if state == SEQ:
+            if c == P_O:
                 if piece:
                     nodes.append(piece)
                 depth += 1
@@ -293,8 +361,8 @@ def _scan(text: str, comp: _Compiled):
                 else:
                     stack.append((block, nodes))
                 block = [[], [], [], None, 0]
-                state = _PA_OPEN if parason else _R1_BR
-            elif c == _THR_C and block is not None:
+                state = PA_OPEN if parason else R1_BR
+            elif c == THR_C and block is not None:
                 if piece:
                     nodes.append(piece)
                 block[1].append(tuple(nodes))
@@ -303,83 +371,87 @@ def _scan(text: str, comp: _Compiled):
             else:
                 where = "in a Thread" if block is not None else "in the main chain"
                 return fail("unexpected_tag", f"unexpected {tag} {where}", i, tag)
-        elif state == _IN_PATH:
-            if c != _PATH_C:
-                return fail("unexpected_tag", f"expected {tags[_PATH_C]} inside a Path, found {tag}", i, tag)
+        elif state == IN_PATH:
+            if c != PATH_C:
+                return fail("unexpected_tag", f"expected {tags[PATH_C]} inside a Path, found {tag}", i, tag)
             block[1].append(Branch(PATH, (piece,) if piece else ()))
-            state = _R1_BR
-        elif state == _IN_ENTRY:
+            state = R1_BR
+        elif state == IN_ENTRY:
             if c != entry_kind + 1:
-                if c == _SUB_C or c == _TRI_C:
+                if c == SUB_C or c == TRI_C:
                     return fail("mismatched_close", f"{tag} closes {tags[entry_kind]}", i, tag)
                 return fail("unexpected_tag", f"expected {tags[entry_kind + 1]}, found {tag}", i, tag)
-            block[2].append((SUBTASK if entry_kind == _SUB_O else TRIAL, piece))
-            state = _OUTL
-        elif state == _IN_SUM:
-            if c != _SUM_C:
-                return fail("unexpected_tag", f"expected {tags[_SUM_C]} inside Summary, found {tag}", i, tag)
+            block[2].append((SUBTASK if entry_kind == SUB_O else TRIAL, piece))
+            state = OUTL
+        elif state == IN_SUM:
+            if c != SUM_C:
+                return fail("unexpected_tag", f"expected {tags[SUM_C]} inside Summary, found {tag}", i, tag)
             block[3] = piece
-            state = _R1_END
+            state = R1_END
         else:
             # structural states: only whitespace may precede this tag
             if piece and piece.strip(GAP_CHARS):
-                return fail("text_between_tags", f"non-whitespace text before {tag} inside a block", i - 1, tag)
+                return fail(
+                    "text_between_tags", f"non-whitespace text before {tag} inside a block", i - 1, tag
+                )
             block[0].append(piece)
-            if state == _R1_BR:
+            if state == R1_BR:
                 nb = len(block[1])
-                if c == _PATH_O:
+                if c == PATH_O:
                     if nb >= max_b:
                         return fail("too_many_branches", f"more than max_branches={max_b} Paths", i, tag)
-                    state = _IN_PATH
-                elif c == _SUM_O:
+                    state = IN_PATH
+                elif c == SUM_O:
                     if nb < min_b:
-                        return fail("too_few_branches", f"{nb} Path(s) before Summary, need >= {min_b}", i, tag)
-                    state = _IN_SUM
+                        return fail(
+                            "too_few_branches", f"{nb} Path(s) before Summary, need >= {min_b}", i, tag
+                        )
+                    state = IN_SUM
                 else:
-                    exp = tags[_PATH_O] if nb < min_b else f"{tags[_PATH_O]} or {tags[_SUM_O]}"
+                    exp = tags[PATH_O] if nb < min_b else f"{tags[PATH_O]} or {tags[SUM_O]}"
                     return fail("unexpected_tag", f"expected {exp}, found {tag}", i, tag)
-            elif state == _R1_END:
-                if c != _P_C:
-                    return fail("unexpected_tag", f"expected {tags[_P_C]} after Summary, found {tag}", i, tag)
+            elif state == R1_END:
+                if c != P_C:
+                    return fail("unexpected_tag", f"expected {tags[P_C]} after Summary, found {tag}", i, tag)
                 gaps = block[0]
                 top.append(Block(tuple(block[1]), block[3], tuple(gaps) if any(gaps) else ()))
                 depth = 0
                 block = None
                 top_block_k = -1
-                state = _SEQ
-            elif state == _PA_OPEN:
-                if c != _OUT_O:
-                    return fail("unexpected_tag", f"expected {tags[_OUT_O]}, found {tag}", i, tag)
-                state = _OUTL
-            elif state == _OUTL:
+                state = SEQ
+            elif state == PA_OPEN:
+                if c != OUT_O:
+                    return fail("unexpected_tag", f"expected {tags[OUT_O]}, found {tag}", i, tag)
+                state = OUTL
+            elif state == OUTL:
                 ne = len(block[2])
-                if c == _SUB_O or c == _TRI_O:
+                if c == SUB_O or c == TRI_O:
                     if ne >= max_b:
                         return fail(
                             "too_many_branches", f"more than max_branches={max_b} outline entries", i, tag
                         )
                     entry_kind = c
-                    state = _IN_ENTRY
-                elif c == _OUT_C:
+                    state = IN_ENTRY
+                elif c == OUT_C:
                     if ne < min_b:
                         return fail("too_few_branches", f"{ne} outline entries, need >= {min_b}", i, tag)
                     state = _THREADS
                 else:
                     return fail(
                         "unexpected_tag",
-                        f"expected {tags[_SUB_O]}, {tags[_TRI_O]} or {tags[_OUT_C]}, found {tag}",
+                        f"expected {tags[SUB_O]}, {tags[TRI_O]} or {tags[OUT_C]}, found {tag}",
                         i,
                         tag,
                     )
             else:  # _THREADS
                 ne = len(block[2])
                 nt = block[4]
-                if c == _THR_O:
+                if c == THR_O:
                     if nt >= ne:
                         return fail("extra_thread", f"Thread {nt + 1} but only {ne} outline entries", i, tag)
                     nodes = []  # the Thread body; the parent sequence is restored at </Parallel>
-                    state = _SEQ
-                elif c == _P_C:
+                    state = SEQ
+                elif c == P_C:
                     if nt < ne:
                         return fail("missing_thread", f"{tag} after {nt} of {ne} Threads", i, tag)
                     gaps = block[0]
@@ -389,7 +461,7 @@ def _scan(text: str, comp: _Compiled):
                         tuple(gaps) if any(gaps) else (),
                     )
                     depth -= 1
-                    state = _SEQ
+                    state = SEQ
                     if stack:
                         block, nodes = stack.pop()
                         nodes.append(node)
@@ -399,7 +471,7 @@ def _scan(text: str, comp: _Compiled):
                         top.append(node)
                         top_block_k = -1
                 else:
-                    exp = tags[_THR_O] if nt < ne else tags[_P_C]
+                    exp = tags[THR_O] if nt < ne else tags[P_C]
                     return fail("unexpected_tag", f"expected {exp}, found {tag}", i, tag)
         if block is None:
             top_last_k = i + 1
@@ -410,13 +482,15 @@ def _scan(text: str, comp: _Compiled):
     if block is None:
         if piece:
             top.append(piece)
-        return ("ok", Trajectory(tuple(top)))
+        return ("ok", Trajectory(tuple(top)), parts)
     if state in _CONTENT_STATES or state == _SEQ:
         return fail("truncated_in_branch", "input ends inside an open branch/content element", 0, eof=True)
     if piece and piece.strip(GAP_CHARS):
         rest = piece.lstrip(GAP_CHARS)
         if not any(t.startswith(rest) for t in tags.values()):
-            return fail("text_between_tags", "non-whitespace text at end of input inside a block", n_parts - 1)
+            return fail(
+                "text_between_tags", "non-whitespace text at end of input inside a block", n_parts - 1
+            )
         # else: the input was cut in the middle of a tag -- still a truncation
     return fail("unclosed_block", "input ends inside an unclosed parallel block", 0, eof=True)
 

@@ -26,12 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 __all__ = [
-    "FormatSpec",
+    "ALL_SPECIAL_TOKENS",
+    "FORMAT_NAMES",
     "PARALLEL_R1",
     "PARASON",
-    "FORMAT_NAMES",
+    "FormatSpec",
     "get_spec",
-    "ALL_SPECIAL_TOKENS",
 ]
 
 FORMAT_NAMES: tuple[str, ...] = ("parallel_r1", "parason")

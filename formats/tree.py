@@ -29,9 +29,8 @@ where ``E_i`` is the outline entry ``<Subtask>outline</Subtask>`` or ``<Trial>ou
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
-__all__ = ["PATH", "SUBTASK", "TRIAL", "BRANCH_KINDS", "Branch", "Block", "Trajectory", "Node", "gap_count"]
+__all__ = ["BRANCH_KINDS", "PATH", "SUBTASK", "TRIAL", "Block", "Branch", "Node", "Trajectory", "gap_count"]
 
 #: Parallel-R1 branch kind (a ``<Path>``).
 PATH = "path"
@@ -53,7 +52,7 @@ class Branch:
     """
 
     kind: str
-    body: tuple["Node", ...] = ()
+    body: tuple[Node, ...] = ()
     outline: str | None = None
 
 
@@ -70,14 +69,14 @@ class Block:
 class Trajectory:
     """A whole trajectory: the top-level node sequence."""
 
-    nodes: tuple["Node", ...] = ()
+    nodes: tuple[Node, ...] = ()
 
     @property
     def has_parallel(self) -> bool:
         return any(type(n) is Block for n in self.nodes)
 
 
-Node = Union[str, Block]
+Node = str | Block
 
 
 def gap_count(block: Block, parason: bool) -> int:

@@ -49,6 +49,8 @@ class _Row:
     history: list[int]
     pos: int
     cur: int = -1
+    role: tuple[int, ...] = ()  # the executor's RowView.role: () main, + (fork j, branch k) per level
+    forks: int = 0
 
 
 @dataclass
@@ -66,6 +68,7 @@ class _Walk:
     visible: list[list[int]] = field(default_factory=list)
     request: list[int] = field(default_factory=list)
     sampled: list[bool] = field(default_factory=list)
+    roles: list[tuple[int, ...]] = field(default_factory=list)  # [L] role of the row that emitted token t
     n_requests: int = 1
 
     def emit(self, row: _Row, piece: str, sampled: bool, n_tokens: int | None = None) -> None:
@@ -95,6 +98,7 @@ class _Walk:
         self.segment_ids += [row.cur] * n_tokens
         self.positions += range(row.pos, row.pos + n_tokens)
         self.sampled += [sampled] * n_tokens
+        self.roles += [row.role] * n_tokens
         row.pos += n_tokens
 
     def seq(self, nodes, row: _Row) -> _Row:
@@ -132,15 +136,18 @@ class _Walk:
             raise ValueError("whitespace between branches / join tags cannot be produced by the executor "
                              "(it forces those tags back to back); strip the block's gaps")
         children = []
-        for br in block.branches:
-            child = _Row(self._new_request(), list(row.history), row.pos) if self.executed else row
+        for k, br in enumerate(block.branches):
+            child = row
+            if self.executed:
+                child = _Row(self._new_request(), list(row.history), row.pos, role=row.role + (row.forks, k))
             self.emit(child, opener, False)
             child = self.seq(br.body, child)
             self.emit(child, closer, True)
             children.append(child)
         if self.executed:  # the continuation sees every branch's own segments, at the critical-path position
             own = [h for c in children for h in c.history[len(row.history):]]
-            row = _Row(self._new_request(), row.history + own, max(c.pos for c in children))
+            row = _Row(self._new_request(), row.history + own, max(c.pos for c in children), role=row.role,
+                       forks=row.forks + 1)
         else:
             row = children[-1]
         if s.is_parason:
@@ -166,10 +173,42 @@ def teacher_record(prompt_ids: list[int], trace: str, spec, tokenizer, mode: str
     (branch openers, join tags) are marked unsampled, exactly as actors/executor_format.py forces them.
     The response ids are the tokenizer's ids of ``trace`` (+ EOS), i.e. what ``sft_batch`` trains on.
     """
+    walk, ids = _walk_trace(prompt_ids, trace, spec, tokenizer, mode, eos)
+    return ids, ExecutionRecord(walk.positions, walk.segment_ids, walk.visible, walk.request, walk.sampled)
+
+
+def teacher_role_scripts(prompt_ids: list[int], trace: str, spec, tokenizer,
+                         mode: str = "executed") -> dict[tuple[int, ...], list[int]]:
+    """What each executor request role emits (sampled and forced) to reproduce the trace; for replay."""
+    walk, ids = _walk_trace(prompt_ids, trace, spec, tokenizer, mode, eos=False)
+    scripts: dict[tuple[int, ...], list[int]] = {}
+    for tok, role in zip(ids, walk.roles[len(prompt_ids):]):
+        scripts.setdefault(role, []).append(tok)
+    return scripts
+
+
+def replay_processor(scripts: list[dict[tuple[int, ...], list[int]]], eos_id: int):
+    """Executor logits processor: request role r of trajectory i emits scripts[i][r], then EOS.
+
+    The executor reports logprobs of the model's own distribution (before processors), so a
+    replayed run yields real engine logprobs of the teacher's tokens: the consistency check's input.
+    """
+    def processor(rows, x: torch.Tensor) -> torch.Tensor:
+        out = torch.full_like(x, float("-inf"))  # [S, V]
+        for i, r in enumerate(rows):
+            script = scripts[r.traj].get(r.role, [])
+            out[i, script[len(r.tokens)] if len(r.tokens) < len(script) else eos_id] = 0.0
+        return out
+    return processor
+
+
+def _walk_trace(prompt_ids: list[int], trace: str, spec, tokenizer, mode: str, eos: bool) -> tuple[_Walk, list[int]]:
     from formats import parse
 
     if mode not in ("executed", "sequential"):
         raise ValueError(f"mode {mode!r}; valid: executed, sequential")
+    if not prompt_ids:
+        raise ValueError("the prompt needs at least one token")
     result = parse(trace, spec)
     if not result.ok:
         raise ValueError(f"teacher trace does not parse as {getattr(spec, 'name', spec)}: {result.error.message}")
@@ -183,8 +222,7 @@ def teacher_record(prompt_ids: list[int], trace: str, spec, tokenizer, mode: str
     if eos:
         walk.emit(row, "", True, n_tokens=1)
         ids.append(tokenizer.eos_token_id)
-    record = ExecutionRecord(walk.positions, walk.segment_ids, walk.visible, walk.request, walk.sampled)
-    return ids, record
+    return walk, ids
 
 
 def _spec(spec):

@@ -1,8 +1,8 @@
 """Parallel executor: fork/join structure, records, caps, and executed == sequential on a replayed script.
 
-A random tiny model is driven by `Replay`, a logits processor that makes each request emit the
-tokens of a known script (the legitimate test device: the model, KV cache, batching, positions
-and record are all real). Scripts are teacher traces from toyworld or hand-built `formats` trees,
+A random tiny model is driven by `actors.executor_replay.Replay`, a logits processor that makes
+each request emit the tokens of a known script (the model, KV cache, batching, positions and
+record are all real). Scripts are teacher traces from toyworld or hand-built `formats` trees,
 split per request role by `role_scripts`.
 """
 
@@ -12,73 +12,10 @@ import pytest
 import torch
 
 import toyworld
-from actors.executor import ExecutorConfig, ParallelExecutor, RowView
-from formats import PATH, SUBTASK, TRIAL, Block, Branch, Trajectory, get_spec, parse, render
+from actors.executor import ExecutorConfig, ParallelExecutor
+from actors.executor_replay import Replay, role_scripts
+from formats import SUBTASK, TRIAL, Block, Branch, Trajectory, parse, render
 from orchestrator.batch import ExecutionRecord, SamplingParams
-
-
-class Replay:
-    """Logits processor: row (traj, role) emits scripts[traj][role] token by token, then EOS.
-
-    A token the executor forced (a closing tag at a cap) re-synchronises the script just after
-    that tag's next occurrence, so a capped run continues the script where the structure does.
-    """
-
-    def __init__(self, scripts: list[dict[tuple, list[int]]], eos: int):
-        self.scripts, self.eos = scripts, eos
-        self.state: dict[tuple, list[int]] = {}  # (traj, role) -> [script pointer, tokens seen]
-
-    def _pointer(self, r: RowView) -> int:
-        script = self.scripts[r.traj].get(r.role, [])
-        st = self.state.setdefault((r.traj, r.role), [0, 0])
-        for tok in r.tokens[st[1]:]:
-            if st[0] < len(script) and script[st[0]] == tok:
-                st[0] += 1
-            else:  # forced: jump past the same tag in the script
-                rest = script[st[0]:]
-                st[0] = st[0] + rest.index(tok) + 1 if tok in rest else len(script)
-        st[1] = len(r.tokens)
-        return st[0]
-
-    def __call__(self, rows: list[RowView], x: torch.Tensor) -> torch.Tensor:
-        out = torch.full_like(x, float("-inf"))  # [S, V]
-        for i, r in enumerate(rows):
-            script, ptr = self.scripts[r.traj].get(r.role, []), self._pointer(r)
-            target = script[ptr] if ptr < len(script) else self.eos
-            if torch.isinf(x[i, target]):  # banned or masked: take the best allowed token instead
-                target = int(x[i].argmax())
-            out[i, target] = 0.0
-        return out
-
-
-def role_scripts(tree: Trajectory, fmt: str, tok) -> dict[tuple, list[int]]:
-    """Split a canonical (gap-free) trace into what each executed request emits, keyed by role."""
-    spec = get_spec(fmt)
-    out: dict[tuple, str] = {}
-
-    def walk(nodes, role: tuple) -> str:
-        text, forks = "", 0
-        for node in nodes:
-            if isinstance(node, str):
-                text += node
-                continue
-            if spec.is_parason:
-                entries = "".join((spec.subtask_open + b.outline + spec.subtask_close) if b.kind == SUBTASK
-                                  else (spec.trial_open + b.outline + spec.trial_close) for b in node.branches)
-                text += spec.parallel_open + spec.outlines_open + entries + spec.outlines_close
-                for k, b in enumerate(node.branches):
-                    out[role + (forks, k)] = spec.thread_open + walk(b.body, role + (forks, k)) + spec.thread_close
-                text += spec.parallel_close
-            else:
-                text += spec.parallel_open
-                for k, b in enumerate(node.branches):
-                    out[role + (forks, k)] = spec.path_open + "".join(b.body) + spec.path_close
-                text += spec.summary_open + node.summary + spec.summary_close + spec.parallel_close
-            forks += 1
-        return text
-
-    out[()] = walk(tree.nodes, ())
-    return {role: tok.encode(text, add_special_tokens=False) for role, text in out.items()}
 
 
 def run(model, tok, trees, fmt, mode, prompts=None, max_new_tokens=200, **cfg):
@@ -225,7 +162,8 @@ def test_trajectory_cap_closes_every_open_block(lm, mode):
     [text], [r] = run(model, tok, [nested_tree()], "parason", mode, max_new_tokens=20)
     assert r.finish_reason == "length"
     assert parse(text, "parason").ok
-    assert 20 <= len(r.token_ids) <= 20 + 12  # the closing tags of at most two open levels
+    # closing two open levels: entries, empty threads and closing tags (bounded by depth x min_branches)
+    assert 20 <= len(r.token_ids) <= 20 + 16
 
 
 def test_depth_cap_bans_a_deeper_block(lm):

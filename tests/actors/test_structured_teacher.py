@@ -16,8 +16,8 @@ import torch
 import toyworld
 from actors import masks
 from orchestrator.batch import SamplingParams, Trajectory
-from orchestrator.structured import (build_train_batch, structured_sft_batch, teacher_record,
-                                     threadweaver_train_batch)
+from orchestrator.structured import (build_train_batch, replay_processor, structured_sft_batch, teacher_record,
+                                     teacher_role_scripts, threadweaver_train_batch)
 
 
 @pytest.fixture(scope="module")
@@ -25,39 +25,16 @@ def lm(tiny_model_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_pretrained(tiny_model_path).eval(), AutoTokenizer.from_pretrained(tiny_model_path)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matmuls: one thread is fastest and kind to a shared 2-core machine
+    yield AutoModelForCausalLM.from_pretrained(tiny_model_path).eval(), AutoTokenizer.from_pretrained(tiny_model_path)
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
 def problems():
     train, _ = toyworld.make_splits(4, 1, seed=3, difficulty=1, family="mixed")
     return train[:2]  # one subtask, one trial problem
-
-
-def pin_to(scripts: list[dict[tuple, list[int]]], eos: int):
-    """Logits processor: request role r of trajectory i emits scripts[i][r], then EOS."""
-    def processor(rows, x: torch.Tensor) -> torch.Tensor:
-        out = torch.full_like(x, float("-inf"))  # [S, V]
-        for i, r in enumerate(rows):
-            script = scripts[r.traj].get(r.role, [])
-            out[i, script[len(r.tokens)] if len(r.tokens) < len(script) else eos] = 0.0
-        return out
-    return processor
-
-
-def role_scripts(ids: list[int], rec, n_prompt: int, executed: bool) -> dict[tuple, list[int]]:
-    """Split a one-block teacher row per request role: branch k = segments 2+2k and 3+2k."""
-    resp_seg = rec.segment_ids[n_prompt:]
-    if not executed:
-        return {(): ids}
-    branch_of = {}
-    for s in range(2, len(rec.segment_visible)):
-        if rec.segment_visible[s] in ([0, 1], [0, 1, s - 1]):  # a branch's opener and its body
-            branch_of[s] = (0, (s - 2) // 2)
-    scripts: dict[tuple, list[int]] = {}
-    for tok, seg in zip(ids, resp_seg):
-        scripts.setdefault(branch_of.get(seg, ()), []).append(tok)
-    return scripts
 
 
 _RUNS: dict = {}
@@ -76,8 +53,8 @@ def _execute(lm, problems, fmt: str, mode: str):
     model, tok = lm
     prompts = [tok(p.prompt, add_special_tokens=False)["input_ids"] for p in problems]
     teacher = [teacher_record(pr, p.traces[fmt], fmt, tok, mode=mode) for pr, p in zip(prompts, problems)]
-    scripts = [role_scripts(ids, rec, len(pr), mode == "executed") for pr, (ids, rec) in zip(prompts, teacher)]
-    ex = ParallelExecutor(model, tok, ExecutorConfig(format=fmt, mode=mode), pin_to(scripts, tok.eos_token_id))
+    scripts = [teacher_role_scripts(pr, p.traces[fmt], fmt, tok, mode=mode) for pr, p in zip(prompts, problems)]
+    ex = ParallelExecutor(model, tok, ExecutorConfig(format=fmt, mode=mode), replay_processor(scripts, tok.eos_token_id))
     return prompts, teacher, ex.run(prompts, SamplingParams(max_new_tokens=200, temperature=0.9, seed=0))
 
 
@@ -147,3 +124,24 @@ def test_teacher_trace_with_gaps_between_threads_is_refused(lm) -> None:
         teacher_record([5], trace, "parason", tok)
     with pytest.raises(ValueError, match="does not parse"):
         teacher_record([5], "<Parallel><Thread>", "parason", tok)
+
+
+def test_nested_parason_block_record_equals_executor_record(lm) -> None:
+    from actors.executor import ExecutorConfig, ParallelExecutor
+    from formats import SUBTASK, Block, Branch, render
+    from formats import Trajectory as Tree
+
+    model, tok = lm
+    inner = Block((Branch(SUBTASK, ("1+1=2",), "a"), Branch(SUBTASK, ("2+2=4",), "b")))
+    outer = Block((Branch(SUBTASK, ("go ", inner, " so 6"), "x"), Branch(SUBTASK, ("3*3=9",), "y")))
+    trace = render(Tree(("Plan. ", outer, "6+9=15 #### 15")), "parason")
+    prompt = tok("Q: nested\nA:", add_special_tokens=False)["input_ids"]
+    ids, rec = teacher_record(prompt, trace, "parason", tok)
+    scripts = [teacher_role_scripts(prompt, trace, "parason", tok)]
+    ex = ParallelExecutor(model, tok, ExecutorConfig(format="parason", mode="executed"),
+                          replay_processor(scripts, tok.eos_token_id))
+    run = ex.run([prompt], SamplingParams(max_new_tokens=200, seed=0))[0]
+    assert run.token_ids == ids and run.requests == 7  # main, 2 branches, 2 nested, 2 continuations
+    got = run.record
+    assert (got.position_ids, got.segment_ids, got.segment_visible, got.sampled) == \
+           (rec.position_ids, rec.segment_ids, rec.segment_visible, rec.sampled)

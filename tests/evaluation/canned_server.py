@@ -6,6 +6,7 @@ import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
 
 
 class CannedServer:
@@ -17,7 +18,7 @@ class CannedServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's naming
+            def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests += 1
                 chat = self.path.endswith("/chat/completions")
@@ -39,7 +40,7 @@ class CannedServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> CannedServer:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from canned_server import CannedServer  # tests/evaluation is on sys.path
 
 import formats
-from canned_server import CannedServer  # tests/evaluation is on sys.path
 from evaluation.annotate import annotate_trace, convert, parse_label, stages, taxonomy
 from evaluation.cli import main
 from evaluation.teachers import HTTPTeacher

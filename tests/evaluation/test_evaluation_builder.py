@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from canned_server import CannedServer
 
 import formats
 from evaluation.builder import build_parallel_gsm8k, read_records, strip_thinking
 from evaluation.loaders import load_benchmark
 from evaluation.teachers import EngineTeacher, HTTPTeacher
-
-from canned_server import CannedServer  # noqa: E402 (tests/evaluation is on sys.path)
 
 
 def _trace(ans: str, kind: str) -> str:

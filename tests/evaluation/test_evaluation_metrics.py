@@ -42,8 +42,8 @@ def test_pass_at_k_rejects_bad_input(args):
 
 
 def test_hand_made_outputs_parallel_r1():
-    s = [dict(uid="a", benchmark="b", text=PR, answer="42"), dict(uid="a", benchmark="b", text="#### 41", answer="42"),
-         dict(uid="c", benchmark="b", text="x y z #### 7", answer="7"), dict(uid="c", benchmark="b", text="#### 7", answer="7")]
+    s = [{"uid": "a", "benchmark": "b", "text": PR, "answer": "42"}, {"uid": "a", "benchmark": "b", "text": "#### 41", "answer": "42"},
+         {"uid": "c", "benchmark": "b", "text": "x y z #### 7", "answer": "7"}, {"uid": "c", "benchmark": "b", "text": "#### 7", "answer": "7"}]
     r = evaluate_outputs(s, "parallel_r1", budgets=[3, 8, 100])
     b = r["benchmarks"]["b"]
     assert r["k"] == 2 and b["n_problems"] == 2
@@ -62,7 +62,7 @@ def test_hand_made_outputs_parallel_r1():
 
 def test_parason_metrics_and_malformed_text():
     bad = "go <Parallel><Outlines><Trial>x</Trial> #### 41"  # malformed (cannot run in parallel), wrong
-    r = evaluate_outputs([dict(uid="p", text=PARASON, answer="42"), dict(uid="p", text=bad, answer="42")],
+    r = evaluate_outputs([{"uid": "p", "text": PARASON, "answer": "42"}, {"uid": "p", "text": bad, "answer": "42"}],
                          "parason", budgets=[16, 17])
     d = r["benchmarks"]["default"]
     assert d["format_valid"] == 0.5 and d["parallel_ratio"] == 0.5
@@ -71,7 +71,7 @@ def test_parason_metrics_and_malformed_text():
     n_bad = 8  # go <Parallel> <Outlines> <Trial> x </Trial> #### 41: T = total for a malformed text
     assert d["critical_path_tokens"] == pytest.approx((17 + n_bad) / 2)
     assert d["total_tokens"] == pytest.approx((20 + n_bad) / 2)
-    assert d[f"mean@2"] == 0.5
+    assert d["mean@2"] == 0.5
     assert d["budget_acc"] == pytest.approx({"16": 0.0, "17": 0.5})  # T=17 fits B=17 only
 
 
@@ -84,8 +84,8 @@ def test_against_independent_computation_on_random_outputs():
             for _ in range(6):
                 c, t = rng.random() < 0.4, rng.randint(1, 60)
                 rows.append((c, t))
-                samples.append(dict(uid=f"{bench}{u}", benchmark=bench, text="x", answer="1", correct=c,
-                                    critical_path_tokens=t, problem_number=u + 1))
+                samples.append({"uid": f"{bench}{u}", "benchmark": bench, "text": "x", "answer": "1", "correct": c,
+                                    "critical_path_tokens": t, "problem_number": u + 1})
             truth[(bench, u)] = rows
     budgets = [5, 20, 40]
     r = evaluate_outputs(samples, "parallel_r1", 6, budgets=budgets, pass_ks=[1, 2, 3, 6])
@@ -109,13 +109,13 @@ def test_against_independent_computation_on_random_outputs():
 
 
 def test_k_selects_first_samples_and_checks_counts():
-    s = [dict(uid="a", text="", answer="1", correct=c) for c in (True, False, False)]
+    s = [{"uid": "a", "text": "", "answer": "1", "correct": c} for c in (True, False, False)]
     assert evaluate_outputs(s, k=1, budgets=[1])["benchmarks"]["default"]["mean@1"] == 1.0
     assert evaluate_outputs(s, budgets=[1])["k"] == 3
     with pytest.raises(ValueError, match="fewer samples"):
         evaluate_outputs(s, k=4)
     with pytest.raises(ValueError, match="uid"):
-        evaluate_outputs([dict(text="x", answer="1")])
+        evaluate_outputs([{"text": "x", "answer": "1"}])
     with pytest.raises(ValueError, match="budgets"):
         evaluate_outputs(s, budgets=[0])
     with pytest.raises(ValueError, match="format"):
@@ -123,10 +123,10 @@ def test_k_selects_first_samples_and_checks_counts():
 
 
 @pytest.mark.parametrize("sample,want", [
-    (dict(benchmark="aime25", problem_number=1), "easy"), (dict(benchmark="aime25", problem_number=5), "easy"),
-    (dict(benchmark="aime25", problem_number=6), "medium"), (dict(benchmark="aime25", problem_number=11), "hard"),
-    (dict(benchmark="aime25", problem_number=15), "hard"), (dict(benchmark="math500", level=3), "level_3"),
-    (dict(benchmark="toyworld", difficulty=2), "difficulty_2"), (dict(benchmark="amc23", problem_number=3), None),
+    ({"benchmark": "aime25", "problem_number": 1}, "easy"), ({"benchmark": "aime25", "problem_number": 5}, "easy"),
+    ({"benchmark": "aime25", "problem_number": 6}, "medium"), ({"benchmark": "aime25", "problem_number": 11}, "hard"),
+    ({"benchmark": "aime25", "problem_number": 15}, "hard"), ({"benchmark": "math500", "level": 3}, "level_3"),
+    ({"benchmark": "toyworld", "difficulty": 2}, "difficulty_2"), ({"benchmark": "amc23", "problem_number": 3}, None),
 ])
 def test_strata(sample, want):
     assert stratum_of(sample, 15) == want

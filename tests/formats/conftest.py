@@ -18,10 +18,14 @@ _CORPUS = [
     f"Step {i}: compute {i}*{i + 3} = {i * (i + 3)}, then x < {i} and y > 2 so we check the value. #### {i}"
     for i in range(300)
 ] + [
-    "First. <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>"
-    "<Thread>3*4=12</Thread><Thread>5*6=30</Thread></Parallel> 12+30=42 #### 42",
-    "Let us think in parallel. <Parallel>\n<Path>try a</Path>\n<Path>try b</Path>\n"
-    "<Summary>both agree</Summary>\n</Parallel> The answer is 7.",
+    (
+        "First. <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>"
+        "<Thread>3*4=12</Thread><Thread>5*6=30</Thread></Parallel> 12+30=42 #### 42"
+    ),
+    (
+        "Let us think in parallel. <Parallel>\n<Path>try a</Path>\n<Path>try b</Path>\n"
+        "<Summary>both agree</Summary>\n</Parallel> The answer is 7."
+    ),
 ]
 
 

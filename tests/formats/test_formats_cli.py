@@ -48,8 +48,17 @@ def test_stats_lines(tmp_path):
     assert r["id"] == "a1" and r["valid"] is True and r["error"] is None
     assert (r["total_tokens"], r["critical_path_tokens"], r["first_parallel_token"]) == (20, 17, 1)
     assert r["subtask_share"] == 0.6 and r["speedup"] == 20 / 17
-    for i, code in ((1, "bad_json"), (2, "no_text"), (3, "empty_line"), (4, "no_text"), (5, "no_text"), (7, "bad_utf8")):
-        assert rows[i]["valid"] is False and rows[i]["status"] == "bad_line" and rows[i]["error"]["code"] == code
+    for i, code in (
+        (1, "bad_json"),
+        (2, "no_text"),
+        (3, "empty_line"),
+        (4, "no_text"),
+        (5, "no_text"),
+        (7, "bad_utf8"),
+    ):
+        assert (
+            rows[i]["valid"] is False and rows[i]["status"] == "bad_line" and rows[i]["error"]["code"] == code
+        )
     assert rows[6]["status"] == "truncated_in_branch" and rows[6]["error"]["char_offset"] == 60
     assert rows[8]["status"] == "unclosed_block"
     assert rows[9]["valid"] is True and rows[9]["total_tokens"] == 0
@@ -77,7 +86,19 @@ def test_module_entry_point(tmp_path):
 
 def test_missing_file_and_bad_args(tmp_path, capsys):
     assert main(["stats", str(tmp_path / "nope.jsonl"), "--format", "parason"]) == 2
-    assert main(["stats", str(tmp_path / "nope.jsonl"), "--format", "parason", "--tokenizer", str(tmp_path / "no")]) == 2
+    assert (
+        main(
+            [
+                "stats",
+                str(tmp_path / "nope.jsonl"),
+                "--format",
+                "parason",
+                "--tokenizer",
+                str(tmp_path / "no"),
+            ]
+        )
+        == 2
+    )
     import pytest
 
     with pytest.raises(SystemExit):

@@ -5,8 +5,8 @@ import random
 import time
 
 import pytest
-
 from fmt_strategies import FRAGMENTS, mutate
+
 from formats import (
     ALL_SPECIAL_TOKENS,
     PARALLEL_R1,
@@ -22,11 +22,15 @@ from formats import (
 SPECS = (PARALLEL_R1, PARASON, get_spec("parason", max_depth=2, min_branches=1))
 
 VALID_SEEDS = [
-    "First. <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>"
-    "<Thread>3*4=12</Thread><Thread>5*6=30</Thread></Parallel> 12+30=42 #### 42",
-    "Go <Parallel><Outlines><Trial>a</Trial><Subtask>b</Subtask></Outlines>\n"
-    "<Thread>x <Parallel><Outlines><Subtask>c</Subtask><Subtask>d</Subtask></Outlines>"
-    "<Thread>cc</Thread><Thread>dd</Thread></Parallel> y</Thread><Thread>bb</Thread></Parallel> end",
+    (
+        "First. <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>"
+        "<Thread>3*4=12</Thread><Thread>5*6=30</Thread></Parallel> 12+30=42 #### 42"
+    ),
+    (
+        "Go <Parallel><Outlines><Trial>a</Trial><Subtask>b</Subtask></Outlines>\n"
+        "<Thread>x <Parallel><Outlines><Subtask>c</Subtask><Subtask>d</Subtask></Outlines>"
+        "<Thread>cc</Thread><Thread>dd</Thread></Parallel> y</Thread><Thread>bb</Thread></Parallel> end"
+    ),
     "Q <Parallel>\n<Path>a b</Path>\n<Path></Path>\n<Summary>s</Summary>\n</Parallel> A",
     "<Parallel><Outlines><Subtask></Subtask><Trial></Trial></Outlines><Thread></Thread><Thread></Thread></Parallel>",
 ]
@@ -78,9 +82,14 @@ def _structured(rng: random.Random) -> str:
         else:
             n = rng.randint(0, 9)
             out.append("<Parallel><Outlines>")
-            out.extend(rng.choice(["<Subtask>o</Subtask>", "<Trial>t</Trial>", "<Subtask>o</Trial>"]) for _ in range(n))
+            out.extend(
+                rng.choice(["<Subtask>o</Subtask>", "<Trial>t</Trial>", "<Subtask>o</Trial>"])
+                for _ in range(n)
+            )
             out.append("</Outlines>")
-            out.extend(f"<Thread>{rng.choice(['', 'w', 'v v'])}</Thread>" for _ in range(n + rng.randint(-1, 1)))
+            out.extend(
+                f"<Thread>{rng.choice(['', 'w', 'v v'])}</Thread>" for _ in range(n + rng.randint(-1, 1))
+            )
             if rng.random() < 0.8:
                 out.append("</Parallel>")
         out.append(rng.choice(["", " ", "\n", " mid "]))

@@ -3,18 +3,22 @@
 import random
 
 import pytest
+from fmt_strategies import mutate, trees
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fmt_strategies import mutate, trees
 from formats import PARALLEL_R1, PARASON, GrammarChecker, ebnf, get_spec, parse, render
 
 xgr = pytest.importorskip("xgrammar")
 
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-SMALL = get_spec("parason", min_branches=1, max_branches=3, max_depth=2, thread_open="<T>", thread_close="</T>")
-SMALL_R1 = get_spec("parallel_r1", min_branches=3, max_branches=4, summary_open="<Sum>", summary_close="</Sum>")
+SMALL = get_spec(
+    "parason", min_branches=1, max_branches=3, max_depth=2, thread_open="<T>", thread_close="</T>"
+)
+SMALL_R1 = get_spec(
+    "parallel_r1", min_branches=3, max_branches=4, summary_open="<Sum>", summary_close="</Sum>"
+)
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +57,8 @@ def test_accept_string_exists():
 HAND = [
     ("", "parason", True),
     ("x < 3 <Foo> <Pa th>", "parason", True),
-    ("First. <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>"
-     "<Thread>3*4=12</Thread><Thread>5*6=30</Thread></Parallel> 12+30=42 #### 42", "parason", True),
+    (("First. <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>"
+      "<Thread>3*4=12</Thread><Thread>5*6=30</Thread></Parallel> 12+30=42 #### 42"), "parason", True),
     ("<Parallel><Outlines><Subtask>a</Subtask></Outlines><Thread>x</Thread></Parallel>", "parason", False),
     ("<Parallel><Outlines><Subtask>a</Subtask><Trial>b</Trial></Outlines><Thread>x</Thread></Parallel>", "parason", False),
     ("<Parallel> <Outlines>\n<Subtask>a</Subtask>\t<Trial>b</Trial> </Outlines>\n<Thread>x</Thread> <Thread>y</Thread>\n</Parallel>", "parason", True),

@@ -67,7 +67,9 @@ CASES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("name,text,fmt,total,T,first,blocks,branches,depth,shares", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    "name,text,fmt,total,T,first,blocks,branches,depth,shares", CASES, ids=[c[0] for c in CASES]
+)
 @pytest.mark.parametrize("pass_text", [False, True])
 def test_hand_worked(name, text, fmt, total, T, first, blocks, branches, depth, shares, pass_text):
     r = parse(text, fmt)
@@ -153,5 +155,5 @@ def test_metrics_dict_roundtrip():
 
 
 def test_sequential_tree_from_constructor():
-    m = compute_metrics(Trajectory(("a b", )), "parason")
+    m = compute_metrics(Trajectory(("a b",)), "parason")
     assert (m.total_tokens, m.critical_path_tokens, m.has_parallel) == (2, 2, False)

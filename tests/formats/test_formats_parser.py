@@ -214,7 +214,9 @@ def test_depth_limit_exceeded():
     r = parse(_nest(5), "parason")
     assert r.status == "malformed" and r.error.code == "too_deep"
     # the 5th <Parallel> is the offending one
-    assert r.error.char_offset == _nest(5).index("<Parallel>", 4 * len("<Parallel><Outlines><Subtask>o</Subtask><Trial>p</Trial></Outlines><Thread>"))
+    assert r.error.char_offset == _nest(5).index(
+        "<Parallel>", 4 * len("<Parallel><Outlines><Subtask>o</Subtask><Trial>p</Trial></Outlines><Thread>")
+    )
     assert parse(_nest(2), get_spec("parason", max_depth=1)).error.code == "too_deep"
     assert parse(_nest(2), get_spec("parason", max_depth=2)).ok
 
@@ -270,11 +272,15 @@ def test_every_prefix_of_valid_text_is_truncation_or_ok():
 
 def test_render_rejects_bad_trees():
     with pytest.raises(ValueError):
-        render(Trajectory((Block((Branch(PATH, ("a",)), Branch(PATH, ("b",))), "s", ("", "")),)), "parallel_r1")
+        render(
+            Trajectory((Block((Branch(PATH, ("a",)), Branch(PATH, ("b",))), "s", ("", "")),)), "parallel_r1"
+        )
     with pytest.raises(ValueError):
         render(Trajectory((Block((Branch(PATH, ("a",)), Branch(PATH, ("b",))), "s"),)), "parason")
     with pytest.raises(ValueError):
-        render(Trajectory((Block((Branch(SUBTASK, ("a",), "o"), Branch(TRIAL, ("b",), "p"))),)), "parallel_r1")
+        render(
+            Trajectory((Block((Branch(SUBTASK, ("a",), "o"), Branch(TRIAL, ("b",), "p"))),)), "parallel_r1"
+        )
     with pytest.raises(ValueError):
         render(Trajectory((3,)), "parason")  # type: ignore[arg-type]
 

@@ -3,9 +3,9 @@
 import re
 
 import pytest
+from fmt_strategies import trees
 from hypothesis import HealthCheck, given, settings
 
-from fmt_strategies import trees
 from formats import ALL_SPECIAL_TOKENS, PARALLEL_R1, PARASON, compute_metrics, parse, render, text_stats
 
 _TAG_RE = re.compile("|".join(re.escape(t) for t in ALL_SPECIAL_TOKENS))
@@ -66,7 +66,9 @@ def test_char_tokenizer_hand_worked(tok):
 def test_error_token_offset_with_tokenizer():
     text = "ab <Parallel><Path>x</Trial>"  # '</Trial>' is text in Parallel-R1 -> truncated
     r = parse(text, "parallel_r1", tokenizer=CharTokenizer())
-    assert r.status == "truncated_in_branch" and r.error.token_offset == 3 + 1 + 1 + 2  # x, </Trial> (a tag token in CharTokenizer)
+    assert (
+        r.status == "truncated_in_branch" and r.error.token_offset == 3 + 1 + 1 + 2
+    )  # x, </Trial> (a tag token in CharTokenizer)
     r = parse("ab </Path>", "parallel_r1", tokenizer=CharTokenizer())
     assert r.error.char_offset == 3 and r.error.token_offset == 3
 
@@ -132,4 +134,9 @@ def _offsets_vs_pieces(hf_tokenizer, tree, spec):
     assert 0 <= m.critical_path_tokens <= m.total_tokens
     assert m.main_tokens + m.subtask_tokens + m.trial_tokens + m.path_tokens == m.total_tokens
     d = compute_metrics(tree, spec)
-    assert (m.num_blocks, m.num_branches, m.depth, m.has_parallel) == (d.num_blocks, d.num_branches, d.depth, d.has_parallel)
+    assert (m.num_blocks, m.num_branches, m.depth, m.has_parallel) == (
+        d.num_blocks,
+        d.num_branches,
+        d.depth,
+        d.has_parallel,
+    )

@@ -201,7 +201,8 @@ class ParallelExecutor:
         for r in rows:
             if r.live and r.pending:
                 incoming += self._fork(r, batch) if r.pending == "fork" else self._branch_done(r, batch)
-        want = [i for i, r in enumerate(rows) if r.live and not r.forced and not r.tracker.closing]
+        want = [i for i, r in enumerate(rows) if r.live and not r.forced and
+                (not r.tracker.closing or self._mid_character(r))]
         sampled = dict(zip(want, zip(*self._sample([rows[i] for i in want], logits[want])))) if want else {}
         for i, r in enumerate(rows):
             if not r.live:
@@ -211,6 +212,12 @@ class ParallelExecutor:
             else:
                 self._take_forced(r)
         return [r for r in incoming if r.live]
+
+    def _mid_character(self, r: _Row) -> bool:
+        """Closing under the grammar, but the closing tag cannot come yet: the text ends inside a
+        multi-byte character (byte-level tokens split them). Sample, masked, until it can."""
+        tok = r.tracker.closing_token()
+        return r.matcher is not None and tok is not None and not r.matcher.matcher.fork().accept_token(tok)
 
     def _take_sample(self, r: _Row, tok: int, logprob: float) -> None:
         stops = {self.eos, *self._params.stop_token_ids}
@@ -247,6 +254,7 @@ class ParallelExecutor:
         r.feed = tok
         r.traj.emitted += 1
         if r.matcher is not None and not self.grammar.accept(r.matcher, tok):
+            self.grammar.rejected += 1
             r.matcher = None  # a forced tag the grammar rejects: keep going unconstrained
         ev = r.tracker.observe(tok)
         r.forced.extend(ev.force)
@@ -300,13 +308,9 @@ class ParallelExecutor:
               for li, (k, v) in enumerate(group.kv)]
         segs = list(p.segs) + [s for _, b, _ in done for s in b.segs[s0:]]
         matcher = p.matcher
-        if matcher is not None:
-            for _, b, _ in done:
-                for s in b.segs[s0:]:
-                    for tok in s.tokens:
-                        if not self.grammar.accept(matcher, tok):
-                            matcher = None
-                            break
+        branch_tokens = [tok for _, b, _ in done for s in b.segs[s0:] for tok in s.tokens]  # text order
+        if matcher is not None and not all(self.grammar.accept(matcher, tok) for tok in branch_tokens):
+            matcher = None
         forced = p.tracker.join()
         cont = self._new_row(p.traj, p.tracker, forced[0], pos=max(b.pos for _, b, _ in done),
                              length=kv[0][0].shape[1], kv=kv, role=p.role, role_tokens=p.role_tokens,

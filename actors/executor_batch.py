@@ -91,7 +91,8 @@ class RowBatch:
         """Make `rows` the batch. Rows already in the batch keep their cache; others bring `kv`."""
         from transformers import DynamicCache
 
-        hist = [r.kv if r.kv is not None else self._slice(r) for r in rows]
+        where = {id(r): b for b, r in enumerate(self.rows)}
+        hist = [r.kv if r.kv is not None else self._slice(where[id(r)], r.length) for r in rows]
         width = max(r.length for r in rows)
         R = len(rows)
         layers = []
@@ -109,8 +110,6 @@ class RowBatch:
             r.kv = None
         self.cache, self.mask, self.rows = DynamicCache(ddp_cache_data=layers), mask, list(rows)
 
-    def _slice(self, row: RowState) -> KV:
+    def _slice(self, b: int, n: int) -> KV:
         # Views into the old cache are fine: the new cache is built by copying them.
-        b = next(i for i, r in enumerate(self.rows) if r is row)
-        n = row.length
         return [(layer.keys[b, :, -n:, :], layer.values[b, :, -n:, :]) for layer in self.cache.layers]

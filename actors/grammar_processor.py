@@ -63,6 +63,7 @@ class GrammarMasker:
         self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)  # [B, ceil(V/32)] int32
         self.seconds = 0.0  # time spent filling and applying masks
         self.calls = 0  # rows masked
+        self.rejected = 0  # tokens the executor forced that the grammar refused (should stay 0)
 
     def new_state(self) -> GrammarState:
         return GrammarState(self._xgr.GrammarMatcher(self.compiled))

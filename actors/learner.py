@@ -159,3 +159,9 @@ class LearnerWorker:
     def save_training_state(self, path: str) -> None:
         """DeepSpeed checkpoint (optimizer + scheduler + model shards); collective."""
         self.engine.save_checkpoint(path, tag="state")
+
+    def load_training_state(self, path: str) -> None:
+        """Restore weights and optimizer written by `save_training_state`; collective."""
+        load_path, _ = self.engine.load_checkpoint(path, tag="state", load_optimizer_states=True)
+        if load_path is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint under {path}")

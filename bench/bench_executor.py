@@ -16,7 +16,9 @@ Figures, per batch size B (trajectories decoded together):
   can realise (the longest trajectory of the batch sets the pace);
 * wall speed-up   = wall time sequential / wall time executed (best of `--repeat`);
 * realisation     = wall speed-up / step speed-up (1.0: no scheduling/merge overhead), and
-  wall speed-up / token speed-up (Parason's definition; 0.81-0.93 on A800).
+  wall speed-up / token speed-up (Parason's definition; 0.81-0.93 on A800);
+* the same from process CPU time (`cpu_*`): one torch thread, so CPU time is the work done and
+  far less sensitive than wall time to other processes on a shared machine.
 
 Grammar: the same runs with xgrammar masking on; cost = masking seconds / decode seconds, and
 the wall-clock overhead.
@@ -47,19 +49,19 @@ from orchestrator.batch import SamplingParams  # noqa: E402
 
 
 def timed_run(model, tok, problems, mode: str, grammar: bool, repeat: int):
-    """Best-of-`repeat` wall time of one `run` over `problems`; returns (seconds, executions, executor)."""
+    """Best-of-`repeat` (wall, CPU) seconds of one `run` over `problems`; returns (times, executions, executor)."""
     trees = [parse(p.traces["parason"], "parason").tree for p in problems]
     prompts = [tok.encode(p.prompt) for p in problems]
     cfg = ExecutorConfig(format="parason", mode=mode, grammar=grammar, max_branches=8, max_branch_tokens=512)
-    best, res, ex = float("inf"), None, None
+    best, cpu, res, ex = float("inf"), float("inf"), None, None
     for _ in range(repeat):
         scripts = [role_scripts(t, "parason", tok) if mode == "executed" else sequential_script(t, "parason", tok)
                    for t in trees]
         ex = ParallelExecutor(model, tok, cfg, Replay(scripts, tok.eos_token_id))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = ex.run(prompts, SamplingParams(max_new_tokens=1024, seed=0))
-        best = min(best, time.perf_counter() - t0)
-    return best, res, ex
+        best, cpu = min(best, time.perf_counter() - t0), min(cpu, time.process_time() - c0)
+    return (best, cpu), res, ex
 
 
 def critical_path(e, prompt_len: int) -> int:
@@ -68,7 +70,7 @@ def critical_path(e, prompt_len: int) -> int:
 
 def bench_batch(model, tok, problems, B: int, repeat: int) -> dict:
     """Speed-ups over `problems` decoded B at a time."""
-    out = {"B": B, "t_seq": 0.0, "t_exec": 0.0, "steps_seq": 0, "steps_exec": 0, "tok": [], "t_seq_g": 0.0,
+    out = {"B": B, "t_seq": 0.0, "t_exec": 0.0, "c_seq": 0.0, "c_exec": 0.0, "steps_seq": 0, "steps_exec": 0, "tok": [], "t_seq_g": 0.0,
            "t_exec_g": 0.0, "mask_s": 0.0, "decode_s_g": 0.0, "mask_rows": 0}
     for i in range(0, len(problems), B):
         chunk = problems[i:i + B]
@@ -77,20 +79,23 @@ def bench_batch(model, tok, problems, B: int, repeat: int) -> dict:
         te, exe, _ = timed_run(model, tok, chunk, "executed", False, repeat)
         for a, b in zip(seq, exe):
             assert a.token_ids == b.token_ids, "modes wrote different tokens"
-        out["t_seq"] += ts
-        out["t_exec"] += te
+        out["t_seq"] += ts[0]
+        out["t_exec"] += te[0]
+        out["c_seq"] += ts[1]
+        out["c_exec"] += te[1]
         out["steps_seq"] += max(len(e.token_ids) for e in seq)
         out["steps_exec"] += max(critical_path(e, n) for e, n in zip(exe, plen))
         out["tok"] += [len(e.token_ids) / critical_path(e, n) for e, n in zip(exe, plen)]
         for mode, key in (("sequential", "t_seq_g"), ("executed", "t_exec_g")):
             tg, _, ex = timed_run(model, tok, chunk, mode, True, 1)
-            out[key] += tg
+            out[key] += tg[0]
             out["mask_s"] += ex.grammar.seconds
             out["decode_s_g"] += ex.timing["decode"]
             out["mask_rows"] += ex.grammar.calls
     tok_speedup = sum(out["tok"]) / len(out["tok"])
     step_speedup = out["steps_seq"] / out["steps_exec"]
     wall = out["t_seq"] / out["t_exec"]
+    cpu = out["c_seq"] / out["c_exec"]
     return {
         "batch": B,
         "token_speedup": round(tok_speedup, 3),
@@ -98,6 +103,8 @@ def bench_batch(model, tok, problems, B: int, repeat: int) -> dict:
         "wall_speedup": round(wall, 3),
         "realisation_vs_steps": round(wall / step_speedup, 3),
         "realisation_vs_tokens": round(wall / tok_speedup, 3),
+        "cpu_speedup": round(cpu, 3),
+        "cpu_realisation_vs_steps": round(cpu / step_speedup, 3),
         "t_seq_s": round(out["t_seq"], 3),
         "t_exec_s": round(out["t_exec"], 3),
         "grammar_mask_over_decode": round(out["mask_s"] / out["decode_s_g"], 4),

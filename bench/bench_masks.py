@@ -1,10 +1,10 @@
 """Structured-attention benchmarks: training-step cost of the mask, and learner/engine consistency.
 
-    PYTHONPATH=. python bench/bench_masks.py step [--lengths 1024 4096] [--steps 3] [--threads 2]
+    PYTHONPATH=. python bench/bench_masks.py step [--lengths 1024 4096] [--steps 5] [--threads 1]
     PYTHONPATH=. python bench/bench_masks.py consistency [--n 8]
 
-``step``: one forward+backward of a tiny Qwen3 (fp32, CPU, batch 1) per layout, each in its own
-subprocess so peak RSS is clean:
+``step``: forward+backward of a tiny Qwen3 (fp32, CPU, batch 1) per layout; step time is the min
+over interleaved steps (robust to a shared machine), peak RSS is measured in a fresh subprocess:
   causal      plain causal attention (HF's SDPA is_causal path, no mask tensor);
   structured  actors/masks.py: layout tensors -> vectorised 4-D SDPA mask + predictor gather
               (mask construction is inside the timed step);
@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import time
@@ -84,22 +83,16 @@ def tiny_model(max_pos: int):
     return Qwen3ForCausalLM(cfg)
 
 
-def worker(layout: str, L: int, steps: int) -> dict:
-    """Time `steps` training steps of one layout at length L; peak RSS above the loaded baseline."""
+def _stepper(layout: str, L: int):
+    """(model, step function) for one layout; the structured step builds its mask inside."""
     from orchestrator.algo import token_logprobs
 
     model = tiny_model(2 * L)
     ids = torch.randint(2, 400, (1, L), generator=torch.Generator().manual_seed(0))
     rec = synthetic_record(L)
-    build_s = 0.0
-    if layout == "naive":
-        t0 = time.perf_counter()
-        dense = naive_mask(rec)
-        build_s = time.perf_counter() - t0
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    times = []
-    for _ in range(steps + 1):  # first step is warm-up
-        t0 = time.perf_counter()
+    dense = naive_mask(rec) if layout == "naive" else None
+
+    def step() -> None:
         if layout == "causal":
             logp = token_logprobs(model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits, ids)
         else:
@@ -111,26 +104,56 @@ def worker(layout: str, L: int, steps: int) -> dict:
                 logp = masks.structured_token_logprobs(logits, ids, masks.predictor_index(seg, vis))
         (-logp.mean()).backward()
         model.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - t0)
+
+    return step
+
+
+def worker(layout: str, L: int) -> dict:
+    """Peak RSS of one training step above the loaded baseline (own process: a clean high-water mark)."""
+    step = _stepper(layout, L)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    step()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"layout": layout, "L": L, "step_s": statistics.median(times[1:]), "peak_mib": (peak - base) / 1024,
-            "mask_build_s": build_s, "segments": len(rec.segment_visible)}
+    return {"layout": layout, "L": L, "peak_mib": (peak - base) / 1024}
+
+
+LAYOUT_NAMES = ("causal", "structured", "naive")
+
+
+def time_layouts(L: int, steps: int) -> dict[str, float]:
+    """Min step time per layout, layouts interleaved round-robin so machine load hits them alike."""
+    steppers = {name: _stepper(name, L) for name in LAYOUT_NAMES}
+    for step in steppers.values():
+        step()  # warm-up
+    times: dict[str, list[float]] = {name: [] for name in LAYOUT_NAMES}
+    for _ in range(steps):
+        for name, step in steppers.items():
+            t0 = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - t0)
+    return {name: min(ts) for name, ts in times.items()}
 
 
 def run_step(args) -> None:
     rows = []
     for L in args.lengths:
-        for layout in ("causal", "structured", "naive"):
-            cmd = [sys.executable, __file__, "_worker", layout, str(L), str(args.steps), str(args.threads)]
+        t0 = time.perf_counter()
+        naive_mask(synthetic_record(L))
+        build = time.perf_counter() - t0
+        step_s = time_layouts(L, args.steps)
+        for layout in LAYOUT_NAMES:
+            cmd = [sys.executable, __file__, "_worker", layout, str(L), str(args.threads)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-            rows.append(json.loads(out))
-    print(f"{'L':>6} {'layout':<11} {'step s':>8} {'x causal':>9} {'peak MiB':>9} {'mask build s':>13}")
-    causal = {r["L"]: r["step_s"] for r in rows if r["layout"] == "causal"}
+            row = json.loads(out)
+            row.update(step_s=step_s[layout], vs_causal=step_s[layout] / step_s["causal"],
+                       mask_build_s=build if layout == "naive" else 0.0,
+                       segments=len(synthetic_record(L).segment_visible))
+            rows.append(row)
+    print(f"{'L':>6} {'layout':<11} {'step s':>8} {'x causal':>9} {'peak MiB':>9} {'naive mask build s':>19}")
     for r in rows:
-        r["vs_causal"] = r["step_s"] / causal[r["L"]]
         print(f"{r['L']:>6} {r['layout']:<11} {r['step_s']:>8.3f} {r['vs_causal']:>9.2f} {r['peak_mib']:>9.1f} "
-              f"{r['mask_build_s']:>13.3f}")
-    print(json.dumps({"bench": "masks_step", "threads": args.threads, "rows": rows}))
+              f"{r['mask_build_s']:>19.3f}")
+    print(json.dumps({"bench": "masks_step", "threads": args.threads, "steps": args.steps, "rows": rows}))
 
 
 def run_consistency(args) -> None:
@@ -181,16 +204,16 @@ def _pad_rows(rows: list[list[float]], width: int) -> torch.Tensor:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_worker":
-        layout, L, steps, threads = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+        layout, L, threads = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
         torch.set_num_threads(threads)
-        print(json.dumps(worker(layout, L, steps)))
+        print(json.dumps(worker(layout, L)))
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("step")
     st.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096])
-    st.add_argument("--steps", type=int, default=3)
-    st.add_argument("--threads", type=int, default=2)
+    st.add_argument("--steps", type=int, default=5)
+    st.add_argument("--threads", type=int, default=1)
     co = sub.add_parser("consistency")
     co.add_argument("--n", type=int, default=8)
     args = ap.parse_args()

@@ -23,7 +23,8 @@ Parse:     ``parse(text, spec, strict=True, tokenizer=None) -> ParseResult`` (``
            offset, ``.prefix_end``).  Never raises; linear time; depth bounded.
 Render:    ``render(tree, spec) -> str``; ``parse(render(t)).tree == t``, ``render(parse(s).tree) == s``.
 Answer:    ``final_segment(tree_or_text, spec)`` -- main-chain text after the last block closes.
-Metrics:   ``compute_metrics(tree, spec, tokenizer=None) -> Metrics`` (total / critical-path tokens,
+Metrics:   ``compute_metrics(tree_or_parse_result, spec, tokenizer=None) -> Metrics`` (pass the
+           ``ParseResult`` for the fastest path; total / critical-path tokens,
            speedup, eta, blocks, branches, depth, first-<Parallel> position, Subtask/Trial/Path
            shares; units and conventions in :mod:`formats.metrics`); ``text_stats(text, spec,
            tokenizer=None) -> dict`` (parse + metrics + valid/status/error; never raises).

@@ -4,7 +4,9 @@ Units
 -----
 With ``tokenizer=None`` the unit is the **default unit**: every tag string counts 1, and every
 other piece of text (the text between two consecutive tags, or before the first / after the last)
-counts its whitespace-separated words, whitespace being ASCII ``" \\t\\n\\r\\v\\f"``.
+counts its whitespace-separated words, whitespace being the characters with code point <= 32
+(space and the ASCII control characters, e.g. ``" \\t\\n\\r\\v\\f"``; other Unicode spaces
+count as word characters).
 ``"3*4=12"`` is 1 unit, ``"12+30=42 #### 42"`` is 3, ``"<Subtask>3*4</Subtask>"`` is 3, and
 whitespace-only gaps between tags are 0.  A word is never split across a tag: ``"a<Path>b"`` is 3.
 

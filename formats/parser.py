@@ -39,7 +39,6 @@ import re
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import accumulate
 
 from formats.spec import FormatSpec, get_spec
 from formats.tree import PATH, SUBTASK, TRIAL, Block, Branch, Trajectory
@@ -183,7 +182,9 @@ def _is_gap(s: str) -> bool:
     return not s.strip(GAP_CHARS)
 
 
-_WS_TABLE = bytes(32 if b in b" \t\n\r\x0b\x0c" else 97 for b in range(256))
+#: Default-unit whitespace: code points 0-32 (space and the ASCII control characters, which
+#: include \t \n \v \f \r); every other character is part of a word.
+_WS_TABLE = bytes(32 if b <= 32 else 97 for b in range(256))
 
 
 def _default_token_offset(text: str, pos: int, comp: _Compiled) -> int:
@@ -207,8 +208,8 @@ def _words(s: str) -> int:
 def part_words(text: str, parts: list) -> list[int]:
     """Whitespace-word count of every element of ``parts`` (a split of ``text``), vectorised.
 
-    One numpy pass over the text finds every word start; each part's count is then two binary
-    searches.  Equals ``[_words(p) for p in parts]``.
+    One numpy pass over the text finds every word start; each part's count is then a binary
+    search.  Equals ``[_words(p) for p in parts]``.
     """
     import numpy as np
 
@@ -219,24 +220,25 @@ def part_words(text: str, parts: list) -> list[int]:
         arr = np.frombuffer(text.encode("ascii"), np.uint8)
     else:  # one code unit per character, so part lengths are offsets
         arr = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
-    ws = (arr == 32) | ((arr >= 9) & (arr <= 13))
+    ws = arr <= 32
     starts = np.flatnonzero(ws[:-1] > ws[1:])  # p: whitespace at p, a word starts at p + 1
-    bounds = np.fromiter(accumulate(map(len, parts), initial=0), np.int64, len(parts) + 1)
-    a = bounds[:-1]
-    e = bounds[1:]
-    inner = np.searchsorted(starts, e - 1) - np.searchsorted(starts, a)
-    nonempty = e > a
-    first = ~ws[np.minimum(a, n - 1)] & nonempty
-    return np.where(nonempty, inner + first, 0).tolist()
+    lens = np.array(list(map(len, parts)))
+    e = lens.cumsum()
+    a = e - lens
+    m = len(parts)
+    # word starts strictly inside (a, e) are p in [a, e - 1); plus one if the part starts a word
+    q = np.searchsorted(starts, np.concatenate((e - 1, a)))
+    first = ~ws[np.minimum(a, n - 1)]
+    return np.where(lens > 0, q[:m] - q[m:] + first, 0).tolist()
 
 
 def _token_offset(text: str, pos: int, comp: _Compiled, tokenizer, parts=None, k=None) -> int:
     if tokenizer is None:
         if parts is not None and k is not None:
-            # pos is the start of part k, or inside the last part (end of input)
-            if k >= len(parts):
-                return _units_before(parts[:-1], parts[-1])
-            return _units_before(parts[:k])
+            # pos is the start of part k (k == len(parts): the end of the input)
+            head = parts[:k]
+            words = part_words(text[:pos], head)
+            return len(head) // 2 + sum(words[0::2])
         return _default_token_offset(text, pos, comp)
     try:
         from formats.metrics import _token_starts

@@ -36,6 +36,10 @@ __all__ = [
 
 FORMAT_NAMES: tuple[str, ...] = ("parallel_r1", "parason")
 
+#: Upper bound for ``max_branches`` and ``max_depth``: the grammar has one rule family per depth
+#: and one alternative per branch count, and renderer/metrics recurse once per nesting level.
+MAX_LIMIT = 64
+
 
 @dataclass(frozen=True)
 class FormatSpec:
@@ -72,12 +76,13 @@ class FormatSpec:
     def __post_init__(self) -> None:
         if self.name not in FORMAT_NAMES:
             raise ValueError(f"unknown format name {self.name!r}; valid names: {', '.join(FORMAT_NAMES)}")
-        if not (1 <= self.min_branches <= self.max_branches):
+        if not (1 <= self.min_branches <= self.max_branches <= MAX_LIMIT):
             raise ValueError(
-                f"need 1 <= min_branches <= max_branches, got {self.min_branches}, {self.max_branches}"
+                f"need 1 <= min_branches <= max_branches <= {MAX_LIMIT}, "
+                f"got {self.min_branches}, {self.max_branches}"
             )
-        if self.max_depth < 1:
-            raise ValueError(f"max_depth must be >= 1, got {self.max_depth}")
+        if not (1 <= self.max_depth <= MAX_LIMIT):
+            raise ValueError(f"max_depth must be in [1, {MAX_LIMIT}], got {self.max_depth}")
         tags = self.tags
         for t in tags:
             # Every tag is '<' + name + '>' with no other '<' or '>' inside.  This keeps tag

@@ -38,3 +38,43 @@ def latest_checkpoint(root: Path) -> Path | None:
         return None
     path = root / marker.read_text().strip()
     return path if (path / "trainer_state.json").exists() else None
+
+
+def resolve_auto_run_dir(run_dir: Path) -> Path:
+    """`resume=auto`: keep `run_dir` if it has a checkpoint, else continue the newest sibling run that has one.
+
+    Hydra gives every launch a fresh timestamped directory; "continue the latest run" means
+    writing on into the newest run directory beside it that holds a complete checkpoint.
+    """
+    if latest_checkpoint(run_dir / "checkpoints"):
+        return run_dir
+    parent = run_dir.parent
+    candidates = [d for d in parent.iterdir() if d.is_dir() and d != run_dir and latest_checkpoint(d / "checkpoints")]
+    if not candidates:
+        return run_dir
+    newest = max(candidates, key=lambda d: (d / "checkpoints" / "latest").stat().st_mtime)
+    if run_dir.exists() and not any(run_dir.iterdir()):
+        run_dir.rmdir()  # the empty directory Hydra just made for this launch
+    return newest
+
+
+def find_resume_checkpoint(resume: str, run_dir: Path) -> Path | None:
+    """never -> None; auto -> the run's latest checkpoint (or None); a path -> that checkpoint (must exist)."""
+    if resume == "never":
+        return None
+    if resume == "auto":
+        return latest_checkpoint(run_dir / "checkpoints")
+    path = Path(resume)
+    if not (path / "trainer_state.json").exists():
+        raise FileNotFoundError(f"resume={resume}: no complete checkpoint there (trainer_state.json missing)")
+    return path
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Drop logged rows at or after `step`: they are recomputed by the resumed run."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] < step]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(line + "\n" for line in keep))
+    os.replace(tmp, path)

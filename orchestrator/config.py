@@ -8,10 +8,11 @@ unknown key is an error at composition time; ``validate`` then builds the datacl
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from tinylm import TinyModelConfig
 
@@ -87,6 +88,39 @@ class RewardConfig:
     # Per-item verification timeout in seconds (sympy can hang on adversarial answers).
     timeout_s: float = 5.0
     num_cpus: float = 0.25
+    # Sweepable shortcuts for `params` (null: unset), so a sweep reads `reward.beta_sub=0.05,0.1`;
+    # merged into `params` at validation. PA-GRPO: alpha (latency), beta_sub / beta_trial (branch
+    # shares), rho / rho_clip (acceleration bonus).
+    alpha: float | None = None
+    beta_sub: float | None = None
+    beta_trial: float | None = None
+    rho: float | None = None
+    rho_clip: float | None = None
+
+    def __post_init__(self) -> None:
+        self.params = dict(self.params)
+        for key in REWARD_SHORTCUTS:
+            value = getattr(self, key)
+            if value is None:
+                continue
+            _check(self.params.get(key, value) == value, f"reward.{key}",
+                   f"{value} disagrees with reward.params.{key}={self.params.get(key)}; set one of them")
+            self.params[key] = value
+        _check_reward("reward", self.name, self.params)
+
+
+#: RewardConfig fields that are reward parameters (merged into `params`).
+REWARD_SHORTCUTS = ("alpha", "beta_sub", "beta_trial", "rho", "rho_clip")
+
+
+def _check_reward(key: str, name: str, params: dict[str, Any]) -> None:
+    """Unknown reward names and parameters fail at composition, before Ray starts."""
+    from rewards import make_params
+
+    try:
+        make_params(name, params)
+    except (KeyError, ValueError) as e:
+        raise ConfigError(f"{key}: {e}") from None
 
 
 @dataclass
@@ -189,10 +223,107 @@ class LoggingConfig:
 
 
 @dataclass
+class SlotConfig:
+    # One entry of a reward cycle: this reward (registry name) for `steps` consecutive steps.
+    reward: str = MISSING
+    params: dict[str, Any] = field(default_factory=dict)
+    steps: int = 1
+
+
+@dataclass
+class PhaseConfig:
+    # Phase length in stage steps; null: until the stage ends (last phase only).
+    steps: int | None = None
+    # Rewards repeated in order through the phase (window = sum of slot steps).
+    cycle: list[SlotConfig] = field(default_factory=list)
+
+
+@dataclass
+class PredicateConfig:
+    # End the stage early when `metric op value` holds for `patience` consecutive steps.
+    metric: str = MISSING
+    op: str = ">="
+    value: float = MISSING
+    min_steps: int = 0
+    patience: int = 1
+
+
+@dataclass
+class StageConfig:
+    # sft | rl
+    kind: str = "rl"
+    # Step budget (0 skips the stage).
+    steps: int = 0
+    # Reward registry name and params; null (and no schedule): the run's `reward` config.
+    reward: str | None = None
+    reward_params: dict[str, Any] = field(default_factory=dict)
+    # Reward schedule over the stage's steps (S2 alternation, scaffold switch); excludes `reward`.
+    schedule: list[PhaseConfig] = field(default_factory=list)
+    # Data source by loader name (toyworld, gsm8k_train, dapo_math_17k, parallel_gsm8k); null: `data`.
+    data: str | None = None
+    # Early ends: after `epochs` of the stage's data (metric data/epoch), or a metric predicate.
+    epochs: float | None = None
+    until: list[PredicateConfig] = field(default_factory=list)
+    # Per-stage hyperparameters; null: trainer.* / learner.* / rollout.* of the run.
+    batch_size: int | None = None
+    rollout_n: int | None = None
+    lr: float | None = None
+    weight_decay: float | None = None
+    warmup_ratio: float | None = None
+    lr_schedule: str | None = None
+
+
+@dataclass
 class CurriculumConfig:
     # Curriculum by registry name; the state machine owns stage order and reward schedules.
+    # With `stages` given, the name only labels the curriculum (checkpoints compare it).
     name: str = "sft_then_rl"
+    # Stages in order, keyed by stage name; empty: the registered builder `name`, sized by
+    # trainer.sft_steps / trainer.rl_steps.
+    stages: dict[str, StageConfig] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        from curricula import curriculum_names
+
+        if not self.stages:
+            _check(self.name in curriculum_names(), "curriculum.name",
+                   f"unknown curriculum {self.name!r}; registered: {curriculum_names()}, or give curriculum.stages")
+            return
+        built = self.build(None, None)
+        for s in built.stages:
+            for choice in _stage_choices(s):
+                _check_reward(f"curriculum.stages.{s.name}.{'schedule' if s.schedule else 'reward'}",
+                              choice.name, choice.params)
+
+    def build(self, reward: RewardConfig | None, trainer: TrainerConfig | None):
+        """The curriculum this config describes (a `curricula.Curriculum`).
+
+        RL stages without their own reward use the run's `reward` (name and merged params);
+        the registered-builder form takes its step counts from `trainer`.
+        """
+        from curricula import build_curriculum, curriculum_from_dict
+
+        default = (reward.name, dict(reward.params)) if reward else None
+        try:
+            if self.stages:
+                plain = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else dict(v)
+                         for k, v in self.stages.items()}
+                return curriculum_from_dict(self.name, plain, default)
+            trainer = trainer or TrainerConfig()
+            return build_curriculum(self.name, sft_steps=trainer.sft_steps, rl_steps=trainer.rl_steps,
+                                    reward=default[0] if default else None,
+                                    reward_params=default[1] if default else None)
+        except ValueError as e:
+            raise ConfigError(f"curriculum.stages: {e}") from None
+
+
+def _stage_choices(stage):
+    """Every (reward, params) a stage can resolve to: its reward, or each slot of its schedule."""
+    from curricula import RewardChoice
+
+    if stage.schedule:
+        return [RewardChoice(s.reward, s.params) for p in stage.schedule for s in p.cycle]
+    return [RewardChoice(stage.reward, stage.reward_params)] if stage.reward else []
 
 @dataclass
 class ParallaxConfig:
@@ -207,6 +338,8 @@ class ParallaxConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     # Run directory (Hydra's output dir by default): checkpoints, W&B files, summary.json.
     run_dir: str = "runs/default"
+    # never | auto (continue the newest run beside run_dir that has a checkpoint) | a checkpoint dir.
+    resume: str = "never"
 
     def __post_init__(self) -> None:
         per_step = self.trainer.prompts_per_step * self.rollout.n

@@ -33,7 +33,7 @@ _CONSOLE_KEYS = ("curriculum/stage", "sft/loss", "reward/mean", "reward/acc", "p
 
 class Logger:
     def __init__(self, cfg: LoggingConfig, run_dir: Path, config: dict[str, Any], total_steps: int,
-                 run_id: str | None = None):
+                 run_id: str | None = None, start: int = 0):
         import wandb
         from tqdm import tqdm
 
@@ -42,7 +42,8 @@ class Logger:
         self.jsonl = (run_dir / "metrics.jsonl").open("a")
         self.run = wandb.init(project=cfg.project, group=cfg.group, name=cfg.run_name, dir=str(run_dir),
                               mode=cfg.wandb_mode, config=config, id=run_id, resume="allow")
-        self.bar = tqdm(total=total_steps, desc="parallax", disable=not cfg.progress_bar, dynamic_ncols=True)
+        self.bar = tqdm(total=total_steps, initial=start, desc="parallax", disable=not cfg.progress_bar,
+                        dynamic_ncols=True)
 
     @property
     def run_id(self) -> str:

@@ -19,7 +19,7 @@ import ray
 from curricula import Curriculum, Stage, build_curriculum
 from orchestrator import algo
 from orchestrator.batch import Prompt, Trajectory
-from orchestrator.checkpoint import save_checkpoint
+from orchestrator.checkpoint import find_resume_checkpoint, resolve_auto_run_dir, save_checkpoint, truncate_metrics
 from orchestrator.config import ParallaxConfig
 from orchestrator.data import batches, load_problems, sft_batch, to_prompts, tokenizer_corpus, train_batch
 from orchestrator.logger import Logger, Timer
@@ -68,12 +68,16 @@ class Trainer:
         self.groups: Groups = build_groups(cfg, self.model_path, self.run_dir.name)
         self.sft_iter = batches(train, cfg.trainer.sft_batch_size, cfg.trainer.seed)
         self.prompt_iter = batches(to_prompts(train, self.tokenizer), cfg.trainer.prompts_per_step, cfg.trainer.seed)
-        self.logger = Logger(cfg.logging, self.run_dir, _plain(cfg), self.curriculum.total_steps)
+        self.consumed = {"sft": 0, "rl": 0}  # batches drawn from each iterator (the data position)
         self.stage_table: list[dict[str, Any]] = []
+        ckpt = find_resume_checkpoint(cfg.resume, self.run_dir)
+        state = self._restore(ckpt) if ckpt else {}
+        self.logger = Logger(cfg.logging, self.run_dir, _plain(cfg), self.curriculum.total_steps,
+                             run_id=state.get("wandb_run_id"), start=self.curriculum.global_step)
 
     # ---- the loop ------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
-        if self.cfg.trainer.eval_after_stage:
+        if self.cfg.trainer.eval_after_stage and self.curriculum.global_step == 0:
             self.stage_table.append({"stage": "init", **self.evaluate()})
         while not self.curriculum.done:
             stage, step = self.curriculum.stage, self.curriculum.global_step
@@ -91,6 +95,7 @@ class Trainer:
         t, g = Timer(), self.groups
         with t("step"):
             prompts: list[Prompt] = next(self.prompt_iter)
+            self.consumed["rl"] += 1
             with t("generate"):
                 trajs = [x for chunk in ray.get(g.rollout.async_generate(prompts, self.cfg.rollout.n, step))
                          for x in chunk]
@@ -115,6 +120,7 @@ class Trainer:
         t, g, c = Timer(), self.groups, self.curriculum
         with t("step"):
             batch = sft_batch(next(self.sft_iter), self.cfg.data.trace, self.tokenizer)
+            self.consumed["sft"] += 1
             lr = algo.warmup_cosine(c.stage_step, stage.steps, self.cfg.learner.sft_lr,
                                     self.cfg.learner.sft_warmup_ratio)
             with t("update"):
@@ -166,8 +172,28 @@ class Trainer:
             ray.get(learner.async_call("save_training_state", str(tmp / "training_state")))
 
         state = {"curriculum": self.curriculum.state_dict(), "wandb_run_id": self.logger.run_id,
-                 "global_step": self.curriculum.global_step}
+                 "global_step": self.curriculum.global_step, "consumed": self.consumed,
+                 "stage_table": self.stage_table}
         return save_checkpoint(self.run_dir / "checkpoints", self.curriculum.global_step, write, state)
+
+    def _restore(self, ckpt: Path) -> dict[str, Any]:
+        """Continue from a checkpoint: weights, optimizer, curriculum, data position, W&B run.
+
+        Sampling seeds derive from the global step and the data iterators from the config seed,
+        so a resumed run draws the same prompts and samples as an uninterrupted one.
+        """
+        state = json.loads((ckpt / "trainer_state.json").read_text())
+        self.curriculum.load_state_dict(state["curriculum"])
+        for kind, it in (("sft", self.sft_iter), ("rl", self.prompt_iter)):
+            for _ in range(state["consumed"][kind]):
+                next(it)
+        self.consumed = dict(state["consumed"])
+        self.stage_table = list(state["stage_table"])
+        ray.get(self.groups.learner.async_call("load_training_state", str(ckpt / "training_state")))
+        self.groups.sync.push(self.groups.learner, self.groups.rollout)
+        truncate_metrics(self.run_dir / "metrics.jsonl", self.curriculum.global_step)
+        print(f"resumed from {ckpt} at step {self.curriculum.global_step}")
+        return state
 
     def finish(self) -> dict[str, Any]:
         summary = {"run_dir": str(self.run_dir), "model_path": self.model_path, "stages": self.stage_table,
@@ -200,6 +226,8 @@ def _plain(cfg: ParallaxConfig) -> dict[str, Any]:
 
 def run(cfg: ParallaxConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
+    if cfg.resume == "auto":
+        cfg.run_dir = str(resolve_auto_run_dir(Path(cfg.run_dir)))
     trainer = Trainer(cfg)
     summary = trainer.fit()
     summary["wall_time_s"] = time.perf_counter() - t0

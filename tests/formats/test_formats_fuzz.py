@@ -18,6 +18,7 @@ from formats import (
     render,
     text_stats,
 )
+from formats.parser import _compiled, _words, part_words
 
 SPECS = (PARALLEL_R1, PARASON, get_spec("parason", max_depth=2, min_branches=1))
 
@@ -46,7 +47,12 @@ def check(text, spec):
     assert strict.error == lenient.error
     if strict.ok:
         assert render(strict.tree, spec) == text
-        m = compute_metrics(strict.tree, spec, text=text)
+        m = compute_metrics(strict, spec)  # vectorised word counts over the parser's pieces
+        assert (
+            m
+            == compute_metrics(strict.tree, spec, text=text)
+            == compute_metrics(strict.tree, spec, _generic=True)
+        )
         assert 0 <= m.critical_path_tokens <= m.total_tokens
         assert m.main_tokens + m.subtask_tokens + m.trial_tokens + m.path_tokens == m.total_tokens
         assert m.speedup >= 1.0 and 0.0 <= m.eta < 1.0
@@ -57,9 +63,14 @@ def check(text, spec):
         prefix = text[: lenient.prefix_end]
         assert render(lenient.tree, spec) == prefix
         assert parse(prefix, spec).ok
+    assert part_words(text, spec_split(spec)(text)) == [_words(p) for p in spec_split(spec)(text)]
     d = text_stats(text, spec)
     assert d["valid"] == strict.ok and d["status"] == strict.status
     return strict.status
+
+
+def spec_split(spec):
+    return _compiled(spec).split
 
 
 def _soup(rng: random.Random) -> str:

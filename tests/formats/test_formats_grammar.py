@@ -7,7 +7,7 @@ from fmt_strategies import mutate, trees
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from formats import PARALLEL_R1, PARASON, GrammarChecker, ebnf, get_spec, parse, render
+from formats import PARALLEL_R1, PARASON, GrammarChecker, compute_metrics, ebnf, get_spec, parse, render
 
 xgr = pytest.importorskip("xgrammar")
 
@@ -102,6 +102,7 @@ def _roundtrip_and_grammar(tree, spec, checker):
     assert r.ok, (text, r.error)
     assert r.tree == tree
     assert render(r.tree, spec) == text
+    assert compute_metrics(r, spec) == compute_metrics(tree, spec, _generic=True)
     assert checker.accepts(text), text
 
 

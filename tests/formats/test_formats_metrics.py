@@ -70,11 +70,14 @@ CASES = [
 @pytest.mark.parametrize(
     "name,text,fmt,total,T,first,blocks,branches,depth,shares", CASES, ids=[c[0] for c in CASES]
 )
-@pytest.mark.parametrize("pass_text", [False, True])
-def test_hand_worked(name, text, fmt, total, T, first, blocks, branches, depth, shares, pass_text):
+@pytest.mark.parametrize("mode", ["tree", "tree+text", "result"])
+def test_hand_worked(name, text, fmt, total, T, first, blocks, branches, depth, shares, mode):
     r = parse(text, fmt)
     assert r.ok, r.error
-    m = compute_metrics(r.tree, fmt, text=text if pass_text else None)
+    if mode == "result":
+        m = compute_metrics(r, fmt)
+    else:
+        m = compute_metrics(r.tree, fmt, text=text if mode == "tree+text" else None)
     assert m.total_tokens == total
     assert m.critical_path_tokens == T
     assert m.first_parallel_token == first
@@ -146,6 +149,17 @@ def test_text_stats_valid_and_invalid():
     assert d["error"]["code"] == "truncated_in_branch"
     d = text_stats(None, "parason")  # type: ignore[arg-type]
     assert not d["valid"] and d["status"] == "malformed"
+
+
+def test_failed_result_rejected():
+    with pytest.raises(ValueError, match="failed parse"):
+        compute_metrics(parse("<Parallel>", "parason"), "parason")
+
+
+def test_control_characters_are_whitespace():
+    # code points <= 32 separate words; other Unicode spaces (NBSP, em space) do not
+    m = compute_metrics(parse("a\x00b\x1fc d\u00a0e\u2003f").tree, "parason")
+    assert m.total_tokens == 4
 
 
 def test_metrics_dict_roundtrip():

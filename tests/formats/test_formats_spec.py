@@ -58,6 +58,8 @@ def test_unknown_field():
         {"min_branches": 0},
         {"min_branches": 3, "max_branches": 2},
         {"max_depth": 0},
+        {"max_depth": 65},
+        {"max_branches": 65},
         {"thread_open": "Thread"},
         {"thread_open": "<Thr<ead>"},
         {"thread_open": "<Thr ead>"},

@@ -1,0 +1,280 @@
+"""Peer benchmark: one GRPO step of Parallax against one of TRL's ``GRPOTrainer``, same CPU.
+
+Both sides run in this one process, one after the other (TRL first, so Ray's idle daemons
+do not tax it; then Parallax, whose rollout / reward / learner actors are Ray processes):
+
+* the same tiny model (``tinylm.build_tiny_model`` on ``toyworld.corpus(2000, 0)``) and the
+  same prompts per step (toy-world ``.prompt`` raw text, no chat template, in the order
+  Parallax's own prompt iterator yields them);
+* prompts x generations completions per optimizer step, one micro-batch (TRL
+  ``per_device_train_batch_size``, Parallax ``learner.micro_batch_size``), no gradient
+  accumulation, one PPO epoch;
+* AdamW (torch, not fused) at the same constant LR, grad clip 1.0, temperature 1.0, top-p 1.0,
+  no KL (TRL ``beta=0``), clip 0.2 / 0.28, token-mean loss (TRL ``dapo``), group-std advantages;
+* reward: accuracy of the ``#### N`` answer through ``rewards.score_group("accuracy", ...)``;
+* equal completion lengths: EOS is made unreachable on both sides, so every completion is
+  exactly ``--completion-len`` tokens. TRL: ``generation_kwargs={"min_new_tokens": L}``.
+  Parallax (whose engine has no min-length option): the rollout loads a copy of the model
+  whose tokenizer names as EOS an added token outside the model's output vocabulary (same
+  weights). The measured token counts are reported, not assumed;
+* the same torch threads on both sides (TRL in this process; Parallax actors via
+  ``rollout.torch_threads`` / ``learner.torch_threads``).
+
+Step time is the steady state: ``--warmup`` steps are run and dropped, then the median of
+``--steps`` steps is reported. TRL: a ``TrainerCallback`` times each optimizer step
+(on_step_begin -> on_step_end) and a subclass times generation and the whole
+generate-score-advantage phase; "update" = step - that phase. Parallax: ``Trainer.rl_step``'s
+own ``timing/*`` metrics; "update" = step - generate.
+
+Usage: ``python bench/bench_peer.py [--prompts 8 --generations 8 --completion-len 64
+--steps 3 --warmup 1 --threads 2 --lr 1e-4]``. Prints a table, the Parallax phase breakdown,
+then one JSON line (``"bench": "peer_grpo_step"``) with the load average of the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from itertools import islice
+from pathlib import Path
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+NO_EOS = "<|bench_no_eos|>"
+
+
+# ---- shared inputs -------------------------------------------------------------------------
+def build_models(root: Path) -> tuple[Path, Path]:
+    """The tiny model, and a copy (same weights) whose tokenizer's EOS the model cannot emit."""
+    from transformers import AutoTokenizer
+
+    import toyworld
+    from tinylm import TinyModelConfig, build_tiny_model
+
+    base = build_tiny_model(root / "base", TinyModelConfig(), toyworld.corpus(2000, 0))
+    no_eos = root / "no_eos"
+    shutil.copytree(base, no_eos)
+    tok = AutoTokenizer.from_pretrained(base)
+    tok.add_tokens([NO_EOS], special_tokens=True)  # id == model vocab size: never sampled
+    tok.eos_token = NO_EOS
+    tok.save_pretrained(no_eos)
+    return base, no_eos
+
+
+def step_batches(n_steps: int, prompts: int, seed: int) -> list[list]:
+    """The toy-world problems of each step, in the order Parallax's trainer draws them."""
+    from orchestrator.config import DataConfig
+    from orchestrator.data import batches, load_problems
+
+    train, _ = load_problems(DataConfig(seed=seed))
+    return list(islice(batches(train, prompts, seed), n_steps))
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+# ---- TRL -----------------------------------------------------------------------------------
+def accuracy_reward(prompts, completions, answer, completion_ids=None, **_):
+    """Plain TRL reward: Parallax's ``accuracy`` reward, one call per run of equal answers
+    (TRL repeats each prompt ``num_generations`` times consecutively)."""
+    import rewards
+
+    out: list[float] = []
+    i = 0
+    while i < len(completions):
+        j = i
+        while j < len(completions) and answer[j] == answer[i]:
+            j += 1
+        out += rewards.score_group("accuracy", completions[i:j], answer[i]).rewards
+        i = j
+    if completion_ids is not None:
+        TRL_TOKENS.append(sum(len(c) for c in completion_ids))
+    return out
+
+
+TRL_TOKENS: list[int] = []  # completion tokens per step, recorded by the reward function
+
+
+def run_trl(args, model_dir: Path, problem_batches: list[list], out_dir: Path) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.manual_seed(args.seed)
+    phases: dict[str, list[float]] = {"generate": [], "prepare": [], "step": []}
+
+    class TimedGRPOTrainer(GRPOTrainer):
+        """Times generation and the whole generate-score-advantage phase of each step."""
+
+        def _generate(self, *a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return super()._generate(*a, **kw)
+            finally:
+                phases["generate"].append(time.perf_counter() - t0)
+
+        def _prepare_inputs(self, *a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return super()._prepare_inputs(*a, **kw)
+            finally:
+                phases["prepare"].append(time.perf_counter() - t0)
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, *_, **__):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *_, **__):
+            phases["step"].append(time.perf_counter() - self.t0)
+
+    n = args.prompts * args.generations
+    rows = [{"prompt": p.prompt, "answer": p.answer} for batch in problem_batches for p in batch]
+    cfg = GRPOConfig(
+        output_dir=str(out_dir), use_cpu=True, bf16=False, report_to=[], logging_steps=1, save_strategy="no",
+        disable_tqdm=True, seed=args.seed, max_steps=len(problem_batches),
+        per_device_train_batch_size=n, num_generations=args.generations, gradient_accumulation_steps=1,
+        num_iterations=1, shuffle_dataset=False, use_vllm=False, gradient_checkpointing=False,
+        learning_rate=args.lr, lr_scheduler_type="constant", optim="adamw_torch", weight_decay=0.0,
+        max_grad_norm=1.0, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="dapo", scale_rewards="group",
+        temperature=1.0, top_p=1.0, max_completion_length=args.completion_len,
+        generation_kwargs={"min_new_tokens": args.completion_len, "use_cache": True},
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    trainer = TimedGRPOTrainer(model=model, reward_funcs=accuracy_reward, args=cfg,
+                               train_dataset=Dataset.from_list(rows), processing_class=tok,
+                               callbacks=[StepTimer()])
+    t0 = time.perf_counter()
+    trainer.train()
+    wall = time.perf_counter() - t0
+    w = args.warmup
+    step, gen, prep = phases["step"][w:], phases["generate"][w:], phases["prepare"][w:]
+    tokens = TRL_TOKENS[w:]
+    return {"step_s": _median(step), "generate_s": _median(gen),
+            "update_s": _median([s - p for s, p in zip(step, prep)]),
+            "score_adv_s": _median([p - g for p, g in zip(prep, gen)]),
+            "tokens": _median(tokens), "steps": step, "tokens_all": TRL_TOKENS[:], "train_wall_s": wall}
+
+
+# ---- Parallax ------------------------------------------------------------------------------
+def run_parallax(args, model_dir: Path, run_dir: Path) -> dict:
+    import ray
+    from hydra import compose, initialize_config_dir
+
+    from orchestrator.config import register_configs, validate
+    from orchestrator.trainer import Trainer
+
+    register_configs()
+    n = args.prompts * args.generations
+    overrides = [
+        "trainer.sft_steps=0", "trainer.eval_after_stage=false", "logging.wandb_mode=disabled",
+        "logging.progress_bar=false", f"run_dir={run_dir}", f"model.path={model_dir}",
+        f"trainer.rl_steps={args.warmup + args.steps}", f"trainer.prompts_per_step={args.prompts}",
+        f"trainer.seed={args.seed}", f"data.seed={args.seed}",
+        f"rollout.n={args.generations}", f"rollout.max_new_tokens={args.completion_len}",
+        "rollout.temperature=1.0", "rollout.top_p=1.0", f"rollout.torch_threads={args.threads}",
+        f"learner.torch_threads={args.threads}", f"learner.lr={args.lr}", "learner.kl_coef=0.0",
+        f"learner.micro_batch_size={n}", "learner.ppo_epochs=1", "cluster.include_dashboard=false",
+    ]
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = validate(compose("config", overrides=overrides))
+    t0 = time.perf_counter()
+    trainer = Trainer(cfg)
+    setup_s = time.perf_counter() - t0
+    stage = trainer.curriculum.stage
+    assert stage.kind == "rl", stage
+    metrics, walls = [], []
+    try:
+        for step in range(args.warmup + args.steps):
+            t1 = time.perf_counter()
+            metrics.append(trainer.rl_step(stage, step))
+            walls.append(time.perf_counter() - t1)  # + metrics rl_step computes after timing/step
+    finally:
+        trainer.logger.close({})
+        ray.shutdown()
+    steady = metrics[args.warmup:]
+    keys = sorted(k for k in steady[0] if k.startswith("timing/"))
+    return {"step_s": _median([m["timing/step"] for m in steady]),
+            "generate_s": _median([m["timing/generate"] for m in steady]),
+            "update_s": _median([m["timing/step"] - m["timing/generate"] for m in steady]),
+            "tokens": _median([m["response/length"] * n for m in steady]),
+            "clip_ratio": _median([m["response/clip_ratio"] for m in steady]),
+            "timing": {k: _median([m[k] for m in steady]) for k in keys},
+            "rl_step_wall_s": _median(walls[args.warmup:]),
+            "steps": [m["timing/step"] for m in metrics], "setup_s": setup_s}
+
+
+# ---- report --------------------------------------------------------------------------------
+def table(results: dict[str, dict]) -> str:
+    head = f"{'side':<10} {'step s':>8} {'compl tok':>10} {'tok/s':>9} {'generate s':>11} {'update s':>9}"
+    lines = [head, "-" * len(head)]
+    for side, r in results.items():
+        lines.append(f"{side:<10} {r['step_s']:8.2f} {r['tokens']:10.0f} {r['tokens'] / r['step_s']:9.1f} "
+                     f"{r['generate_s']:11.2f} {r['update_s']:9.2f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--generations", type=int, default=8)
+    ap.add_argument("--completion-len", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=3, help="measured steps (median reported)")
+    ap.add_argument("--warmup", type=int, default=1, help="steps run first and dropped")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads of each side")
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    root = Path(tempfile.mkdtemp(prefix="bench_peer_"))
+    try:
+        base, no_eos = build_models(root)
+        n_steps = args.warmup + args.steps
+        load = {"start": os.getloadavg()}
+        trl = run_trl(args, base, step_batches(n_steps, args.prompts, args.seed), root / "trl")
+        load["after_trl"] = os.getloadavg()
+        px = run_parallax(args, no_eos, root / "parallax")
+        load["after_parallax"] = os.getloadavg()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    results = {"parallax": px, "trl": trl}
+    print(table(results))
+    print("parallax phases (median s): " + " ".join(f"{k.split('/')[1]}={v:.2f}" for k, v in px["timing"].items()))
+    print(f"trl phases (median s): generate={trl['generate_s']:.2f} score+adv={trl['score_adv_s']:.2f} "
+          f"loss+backward+optim={trl['update_s']:.2f}")
+    print(f"all step times: parallax={[round(s, 2) for s in px['steps']]} trl={[round(s, 2) for s in trl['steps']]}")
+    px_tok_s, trl_tok_s = px["tokens"] / px["step_s"], trl["tokens"] / trl["step_s"]
+    expected = args.prompts * args.generations * args.completion_len
+    print(json.dumps({
+        "bench": "peer_grpo_step", "parallax_tok_s": round(px_tok_s, 1), "trl_tok_s": round(trl_tok_s, 1),
+        "ratio": round(px_tok_s / trl_tok_s, 3),
+        "parallax_step_s": round(px["step_s"], 3), "trl_step_s": round(trl["step_s"], 3),
+        "parallax_tokens": px["tokens"], "trl_tokens": trl["tokens"], "expected_tokens": expected,
+        "parallax_generate_s": round(px["generate_s"], 3), "trl_generate_s": round(trl["generate_s"], 3),
+        "parallax_update_s": round(px["update_s"], 3), "trl_update_s": round(trl["update_s"], 3),
+        "parallax_timing": {k: round(v, 3) for k, v in px["timing"].items()},
+        "parallax_rl_step_wall_s": round(px["rl_step_wall_s"], 3), "parallax_setup_s": round(px["setup_s"], 1),
+        "parallax_clip_ratio": px["clip_ratio"], "trl_train_wall_s": round(trl["train_wall_s"], 2),
+        "prompts": args.prompts, "generations": args.generations, "completion_len": args.completion_len,
+        "steps": args.steps, "warmup": args.warmup, "threads": args.threads, "lr": args.lr,
+        "cpu_count": os.cpu_count(), "loadavg": {k: [round(x, 2) for x in v] for k, v in load.items()},
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Every experiment composes at both scales; the paper scale carries DESIGN.md §1's numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from orchestrator.config import ConfigError, register_configs, validate
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+PAPER = sorted(p.stem for p in (CONF / "experiment" / "paper").glob("*.yaml"))
+CPU = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+ISSUE_EXPERIMENTS = ["grpo_baseline", "parallel_r1_scaffold", "parallel_r1_seen", "parallel_r1_seen_no_stage1",
+                     "parallel_r1_unseen_s1", "parallel_r1_unseen_s2", "parason_pa_grpo", "parason_sft"]
+register_configs()
+
+SFT_PAPER = dict(batch_size=128, lr=1e-5, weight_decay=0.01, warmup_ratio=0.1, lr_schedule="cosine")
+GSM8K_RL = dict(batch_size=1024, rollout_n=5, lr=1e-6, warmup_ratio=0.0, lr_schedule="constant")
+DAPO_RL = dict(batch_size=512, rollout_n=8, lr=1e-6, warmup_ratio=0.0, lr_schedule="constant")
+S2 = [{"steps": None, "cycle": [{"reward": "accuracy", "params": {}, "steps": 8},
+                                {"reward": "tiered", "params": {}, "steps": 2}]}]
+SCAFFOLD = [{**S2[0], "steps": 200}, {"steps": None, "cycle": [{"reward": "accuracy", "params": {}, "steps": 1}]}]
+
+# experiment -> [(stage, steps, reward, schedule, data, settings)], the paper's numbers (DESIGN.md §1)
+PAPER_NUMBERS = {
+    "parallel_r1_seen": [("sft", 58, None, [], "parallel_gsm8k", SFT_PAPER),
+                         ("gsm8k", 35, "parallel_acc", [], "gsm8k_train", GSM8K_RL),
+                         ("dapo", 300, "accuracy", [], "dapo_math_17k", DAPO_RL)],
+    "parallel_r1_seen_no_stage1": [("sft", 58, None, [], "parallel_gsm8k", SFT_PAPER),
+                                   ("gsm8k", 0, "parallel_acc", [], "gsm8k_train", GSM8K_RL),
+                                   ("dapo", 300, "accuracy", [], "dapo_math_17k", DAPO_RL)],
+    "parallel_r1_unseen_s1": [("sft", 230, None, [], "parallel_gsm8k", SFT_PAPER),
+                              ("dapo", 300, "s1", [], "dapo_math_17k", DAPO_RL)],
+    "parallel_r1_unseen_s2": [("sft", 230, None, [], "parallel_gsm8k", SFT_PAPER),
+                              ("dapo", 300, None, S2, "dapo_math_17k", DAPO_RL)],
+    "parallel_r1_scaffold": [("sft", 230, None, [], "parallel_gsm8k", SFT_PAPER),
+                             ("dapo", 300, None, SCAFFOLD, "dapo_math_17k", DAPO_RL)],
+    "grpo_baseline": [("sft", 0, None, [], None, {}), ("dapo", 300, "accuracy", [], "dapo_math_17k", DAPO_RL)],
+    "parason_sft": [("sft", 60, None, [], "parason_traces", SFT_PAPER), ("rl", 0, "accuracy", [], None, {})],
+    "parason_pa_grpo": [("sft", 60, None, [], "parason_traces", SFT_PAPER),
+                        ("rl", 300, "pa_grpo", [], "dapo_math_17k", DAPO_RL)],
+}
+
+
+def _compose(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return validate(compose("config", overrides=[*overrides, "run_dir=/tmp/x"]))
+
+
+def test_every_issue_experiment_exists_at_both_scales():
+    assert set(ISSUE_EXPERIMENTS) <= set(CPU) and set(ISSUE_EXPERIMENTS) == set(PAPER)
+
+
+@pytest.mark.parametrize("name", PAPER)
+def test_paper_scale_carries_the_papers_numbers(name):
+    cfg = _compose(f"+experiment=paper/{name}")
+    cur = cfg.curriculum.build(cfg.reward, cfg.trainer)
+    got = [(s.name, s.steps, s.reward, s.to_dict()["schedule"], s.data,
+            {k: getattr(s, k) for k in PAPER_NUMBERS[name][i][5]}) for i, s in enumerate(cur.stages)]
+    assert got == PAPER_NUMBERS[name]
+    assert cfg.rollout.engine == "vllm" and cfg.model.dtype == "bfloat16"
+    assert (cfg.learner.clip_ratio_low, cfg.learner.clip_ratio_high) == (0.2, 0.28)
+
+
+@pytest.mark.parametrize("name", CPU)
+def test_cpu_scale_composes_and_is_small(name):
+    cfg = _compose(f"+experiment={name}")
+    cur = cfg.curriculum.build(cfg.reward, cfg.trainer)
+    assert cfg.model.path is None and cfg.rollout.engine == "hf"  # the tiny model, on CPU
+    assert cur.total_steps <= 120 and all(s.data is None for s in cur.stages)  # the run's toy data
+    if name in PAPER:  # same stages and rewards as the paper, only the numbers shrink
+        paper = _compose(f"+experiment=paper/{name}")
+        paper_cur = paper.curriculum.build(paper.reward, paper.trainer)
+        assert [(s.name, s.kind, s.reward) for s in cur.stages] == [(s.name, s.kind, s.reward) for s in paper_cur.stages]
+        assert [s.reward_names() for s in cur.stages] == [s.reward_names() for s in paper_cur.stages]
+
+
+def test_parason_reward_numbers_and_sweep_overrides():
+    cfg = _compose("+experiment=paper/parason_pa_grpo")
+    assert cfg.reward.params == {"alpha": 0.0, "beta_sub": 0.05, "beta_trial": 0.1, "rho": 0.0, "rho_clip": 0.2}
+    cfg = _compose("+experiment=parason_pa_grpo", "reward.beta_sub=0.025", "reward.beta_trial=0.05")
+    rl = cfg.curriculum.build(cfg.reward, cfg.trainer).stages[1]
+    assert (rl.reward, rl.reward_params["beta_sub"], rl.reward_params["beta_trial"]) == ("pa_grpo", 0.025, 0.05)
+
+
+def test_scaffold_switch_moves_from_the_command_line():
+    cfg = _compose("+experiment=paper/parallel_r1_scaffold", "curriculum.stages.dapo.schedule.0.steps=100")
+    dapo = cfg.curriculum.build(cfg.reward, cfg.trainer).stages[1]
+    assert [dapo.at(i).reward for i in (98, 99, 100, 108)] == ["tiered", "tiered", "accuracy", "accuracy"]
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (["+experiment=parallel_r1_seen", "curriculum.stages.gsm8k.reward=nope"], "curriculum.stages.gsm8k.reward"),
+    (["+experiment=parallel_r1_seen", "curriculum.stages.sft.kind=ppo"], "kind must be"),
+    (["+experiment=parallel_r1_seen", "curriculum.stages.dapo.lr=-1"], "lr must be > 0"),
+    (["+experiment=parallel_r1_seen", "+curriculum.stages.gsm8k.reward_params.hit=oops"], "hit"),
+    (["+experiment=parallel_r1_unseen_s2", "curriculum.stages.dapo.reward=accuracy"], "either reward or schedule"),
+    (["reward.beta_sub=0.1"], "beta_sub"),  # the default reward (accuracy) has no beta_sub
+    (["reward.name=pa_grpo", "reward.beta_sub=0.1", "+reward.params.beta_sub=0.2"], "reward.beta_sub"),
+    (["curriculum.name=nope"], "curriculum.name"),
+])
+def test_bad_curriculum_or_reward_config_names_the_problem(overrides, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        _compose(*overrides)

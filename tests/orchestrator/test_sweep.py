@@ -1,0 +1,84 @@
+"""Sweep summaries: every job's summary.json in one table keyed by the swept values."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.sweep import SUMMARY_JSON, SUMMARY_MD, main, swept_keys, to_markdown, write_sweep_summary
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _job(sweep: Path, num: int, overrides: list[str], final: dict | None) -> None:
+    d = sweep / str(num)
+    (d / ".hydra").mkdir(parents=True)
+    (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    if final is not None:
+        stages = [{"stage": "init", "eval/acc": 0.0}, {"stage": "rl", **final}]
+        (d / "summary.json").write_text(json.dumps({"stages": stages, "steps": 3}))
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    grid = [("0.025", "0.05", 0.25), ("0.025", "0.1", 0.5), ("0.1", "0.05", 0.75), ("0.1", "0.1", None)]
+    for i, (bs, bt, acc) in enumerate(grid):
+        final = None if acc is None else {"eval/acc": acc, "eval/parallel/ratio": 1.0}
+        _job(tmp_path, i, ["+experiment=parason_pa_grpo", f"reward.beta_sub={bs}", f"reward.beta_trial={bt}"], final)
+    _job(tmp_path, 10, ["+experiment=parason_pa_grpo", "reward.beta_sub=0.5", "reward.beta_trial=0.5"],
+         {"eval/acc": 1.0})  # job 10 sorts after 2, not between 1 and 2
+    (tmp_path / "multirun.yaml").write_text("not a job\n")
+    return tmp_path
+
+
+def test_table_has_one_row_per_job_keyed_by_the_swept_values(sweep):
+    table = write_sweep_summary(sweep)
+    assert table["axes"] == ["reward.beta_sub", "reward.beta_trial"]
+    assert [r["job"] for r in table["jobs"]] == ["0", "1", "2", "3", "10"]
+    assert [r["metrics"].get("eval/acc") for r in table["jobs"]] == [0.25, 0.5, 0.75, None, 1.0]
+    assert [r["status"] for r in table["jobs"]] == ["ok", "ok", "ok", "missing", "ok"]
+    assert json.loads((sweep / SUMMARY_JSON).read_text()) == table
+
+
+def test_markdown_table_lists_axes_and_final_metrics(sweep):
+    write_sweep_summary(sweep)
+    lines = (sweep / SUMMARY_MD).read_text().splitlines()
+    assert lines[0] == "Shared overrides: +experiment=parason_pa_grpo"
+    assert lines[2] == ("| job | reward.beta_sub | reward.beta_trial | status | steps | eval/acc | "
+                        "eval/parallel/ratio |")
+    assert lines[4] == "| 0 | 0.025 | 0.05 | ok | 3 | 0.25 | 1 |"
+    assert lines[7] == "| 3 | 0.1 | 0.1 | missing |  |  |  |"
+
+
+def test_constant_overrides_are_not_axes_and_empty_sweeps_say_so():
+    rows = [{"overrides": {"a": "1", "b": "2"}, "metrics": {}}, {"overrides": {"a": "1", "b": "3"}, "metrics": {}}]
+    assert swept_keys(rows) == ["b"]
+    assert to_markdown([]) == "(no jobs)"
+
+
+def test_cli_rebuilds_the_table_and_rejects_a_missing_dir(sweep, tmp_path, capsys):
+    assert main([str(sweep)]) == 0 and "| job |" in capsys.readouterr().out
+    assert main([str(tmp_path / "nope")]) == 2
+
+
+@pytest.mark.slow
+def test_two_by_two_sweep_finishes_on_cpu(tmp_path):
+    """The issue's sweep command at the tiniest size: 4 jobs, one process and Ray cluster, one table."""
+    tiny = ["data.n_train=64", "data.n_test=4", "trainer.sft_batch_size=8", "trainer.prompts_per_step=2",
+            "rollout.n=2", "rollout.max_new_tokens=16", "curriculum.stages.sft.steps=2",
+            "curriculum.stages.rl.steps=1", "logging.progress_bar=false", "logging.wandb_mode=disabled",
+            "cluster.include_dashboard=false"]
+    cmd = [sys.executable, "-m", "orchestrator", "-m", "+experiment=parason_pa_grpo",
+           "reward.beta_sub=0.05,0.1", "reward.beta_trial=0.05,0.1", *tiny, f"hydra.sweep.dir={tmp_path}"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    table = json.loads((tmp_path / SUMMARY_JSON).read_text())
+    assert table["axes"] == ["reward.beta_sub", "reward.beta_trial"]
+    assert [r["status"] for r in table["jobs"]] == ["ok"] * 4
+    assert {(r["overrides"]["reward.beta_sub"], r["overrides"]["reward.beta_trial"]) for r in table["jobs"]} == {
+        ("0.05", "0.05"), ("0.05", "0.1"), ("0.1", "0.05"), ("0.1", "0.1")}
+    assert all("eval/acc" in r["metrics"] for r in table["jobs"])

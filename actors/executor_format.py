@@ -69,7 +69,7 @@ class Frame:
 
 @dataclass
 class Event:
-    """What the executor does after a token: force tokens, fork, end the branch, stop the request."""
+    """What the executor does after a token: force tokens, fork, or end the branch request."""
 
     force: list[int] = field(default_factory=list)
     fork: int = 0  # number of branches to fork (executed mode), after the token is fed

@@ -89,11 +89,11 @@ class GrammarMasker:
         for i, st in enumerate(states):
             st.matcher.fill_next_token_bitmask(bitmask, i)
         self._xgr.apply_token_bitmask_inplace(logits, bitmask.to(logits.device))
-        for i, st in enumerate(states):
-            row = logits[i]  # [V]
-            row.masked_fill_(self._banned_after(st.tail).to(row.device), float("-inf"))
-            if not torch.isfinite(row[self._plain.to(row.device)]).any():  # structural position
-                row.masked_fill_(self._starts_tag.to(row.device), float("-inf"))
+        dev = logits.device
+        banned = torch.stack([self._banned_after(st.tail) for st in states]).to(dev)  # [S, V]
+        structural = ~torch.isfinite(logits[:, self._plain.to(dev)]).any(-1)  # [S] no free text allowed
+        banned |= structural[:, None] & self._starts_tag.to(dev)[None, :]
+        logits.masked_fill_(banned, float("-inf"))
         self.seconds += time.perf_counter() - t0
         self.calls += S
 

@@ -99,16 +99,17 @@ class RewardActorGroup(ActorGroup):
 
 
 class LearnerGroup(ActorGroup):
-    def async_grpo_step(self, batch: TrainBatch, lr: float, temperature: float) -> list[ray.ObjectRef]:
+    def async_grpo_step(self, batch: TrainBatch, lr: float, weight_decay: float,
+                        temperature: float) -> list[ray.ObjectRef]:
         world = len(self.actors)
         tokens, seqs = int(batch.response_mask.sum()), len(batch)
-        return [a.grpo_step.remote(batch.shard(r, world), tokens, seqs, lr, temperature)
+        return [a.grpo_step.remote(batch.shard(r, world), tokens, seqs, lr, temperature, weight_decay)
                 for r, a in enumerate(self.actors)]
 
-    def async_sft_step(self, batch: SFTBatch, lr: float) -> list[ray.ObjectRef]:
+    def async_sft_step(self, batch: SFTBatch, lr: float, weight_decay: float | None = None) -> list[ray.ObjectRef]:
         world = len(self.actors)
         tokens = int(batch.loss_mask.sum())
-        return [a.sft_step.remote(batch.shard(r, world), tokens, lr) for r, a in enumerate(self.actors)]
+        return [a.sft_step.remote(batch.shard(r, world), tokens, lr, weight_decay) for r, a in enumerate(self.actors)]
 
     def async_state_dict(self) -> ray.ObjectRef:
         """Rank 0's full weights (every rank joins the gather, as ZeRO-3 requires)."""

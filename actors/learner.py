@@ -85,11 +85,11 @@ class LearnerWorker:
             group["lr"], group["weight_decay"] = lr, weight_decay
 
     def grpo_step(self, batch: TrainBatch, global_tokens: int, global_seqs: int, lr: float,
-                  temperature: float = 1.0) -> dict[str, float]:
+                  temperature: float = 1.0, weight_decay: float | None = None) -> dict[str, float]:
         """One GRPO update on this rank's shard (all ranks call it together)."""
         cfg = self.cfg
         self.engine.train()
-        self._set_lr(lr, cfg.weight_decay)
+        self._set_lr(lr, cfg.weight_decay if weight_decay is None else weight_decay)
         norm = dict(global_tokens=global_tokens, global_seqs=global_seqs, dp_size=self.world)
         stats: dict[str, float] = {}
         for _ in range(cfg.ppo_epochs):
@@ -117,10 +117,11 @@ class LearnerWorker:
         stats["actor/lr"] = lr
         return stats
 
-    def sft_step(self, batch: SFTBatch, global_tokens: int, lr: float) -> dict[str, float]:
+    def sft_step(self, batch: SFTBatch, global_tokens: int, lr: float,
+                 weight_decay: float | None = None) -> dict[str, float]:
         """One teacher-forced update: token-mean cross-entropy over completion tokens."""
         self.engine.train()
-        self._set_lr(lr, self.cfg.sft_weight_decay)
+        self._set_lr(lr, self.cfg.sft_weight_decay if weight_decay is None else weight_decay)
         total = 0.0
         micro = batch.split(self.cfg.micro_batch_size)
         for i, mb in enumerate(micro):

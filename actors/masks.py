@@ -35,17 +35,24 @@ if TYPE_CHECKING:
     from orchestrator.batch import ExecutionRecord
 
 __all__ = [
-    "check_record",
-    "pack_records",
-    "token_visibility",
-    "sdpa_mask",
+    "BLOCK_SDPA",
     "additive_mask",
-    "predictor_index",
-    "structured_token_logprobs",
-    "flex_block_mask",
     "attention_mask_for",
+    "block_sparse_sdpa",
+    "check_record",
+    "flex_block_mask",
+    "pack_records",
+    "predictor_index",
+    "sdpa_mask",
     "structured_logprobs",
+    "structured_token_logprobs",
+    "token_visibility",
 ]
+
+#: Name under which :func:`block_sparse_sdpa` is registered with transformers' attention interface.
+BLOCK_SDPA = "parallax_block_sdpa"
+QUERY_CHUNK = 256  # queries per SDPA call in block_sparse_sdpa
+GATHER_BELOW = 0.5  # gather visible key columns when fewer than this share of the causal prefix is visible
 
 
 def check_record(rec: ExecutionRecord) -> None:
@@ -54,25 +61,34 @@ def check_record(rec: ExecutionRecord) -> None:
     if n == 0:
         raise ValueError("execution record is empty")
     if len(rec.position_ids) != n or len(rec.sampled) != n:
-        raise ValueError(f"record lengths differ: segment_ids {n}, position_ids {len(rec.position_ids)}, "
-                         f"sampled {len(rec.sampled)}")
+        raise ValueError(
+            f"record lengths differ: segment_ids {n}, position_ids {len(rec.position_ids)}, "
+            f"sampled {len(rec.sampled)}"
+        )
     seg = torch.tensor(rec.segment_ids)
     steps = seg.diff()
     if int(seg[0]) != 0 or bool(((steps != 0) & (steps != 1)).any()):
-        raise ValueError("segment_ids must start at 0 and step by 0 or 1 (contiguous, non-decreasing segments)")
+        raise ValueError(
+            "segment_ids must start at 0 and step by 0 or 1 (contiguous, non-decreasing segments)"
+        )
     n_seg = int(seg[-1]) + 1
     if len(rec.segment_visible) != n_seg or len(rec.segment_request) != n_seg:
-        raise ValueError(f"{n_seg} segments but segment_visible has {len(rec.segment_visible)} entries and "
-                         f"segment_request {len(rec.segment_request)}")
+        raise ValueError(
+            f"{n_seg} segments but segment_visible has {len(rec.segment_visible)} entries and "
+            f"segment_request {len(rec.segment_request)}"
+        )
     for s, vis in enumerate(rec.segment_visible):
         if any(not 0 <= v < s for v in vis):
-            raise ValueError(f"segment {s} lists visible segments {vis}; only earlier segments (< {s}) are allowed")
+            raise ValueError(
+                f"segment {s} lists visible segments {vis}; only earlier segments (< {s}) are allowed"
+            )
     if min(rec.position_ids) < 0:
         raise ValueError("position_ids must be >= 0")
 
 
-def pack_records(records: Sequence[ExecutionRecord], width: int | None = None,
-                 validate: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def pack_records(
+    records: Sequence[ExecutionRecord], width: int | None = None, validate: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded ``(position_ids [B, L], segment_ids [B, L], segment_visible [B, S, S])``.
 
     ``width`` pads to a given L (the batch's token width; it must cover every record).
@@ -127,7 +143,9 @@ def sdpa_mask(segment_ids: torch.Tensor, segment_visible: torch.Tensor) -> torch
 
 def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A boolean mask as the additive float mask eager attention expects (0 keep, dtype min drop)."""
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
+        ~mask, torch.finfo(dtype).min
+    )
 
 
 def predictor_index(segment_ids: torch.Tensor, segment_visible: torch.Tensor) -> torch.Tensor:
@@ -152,8 +170,9 @@ def predictor_index(segment_ids: torch.Tensor, segment_visible: torch.Tensor) ->
     return torch.where(segment_ids >= 0, pred, -1)
 
 
-def structured_token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, predictor: torch.Tensor,
-                              temperature: float = 1.0) -> torch.Tensor:
+def structured_token_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, predictor: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
     """out[b, t] = log p(x_t | context) read at logits[b, predictor[b, t]]; 0 where predictor < 0.
 
     Shapes: logits [B, L, V], input_ids [B, L], predictor [B, L] -> [B, L] fp32.
@@ -165,8 +184,9 @@ def structured_token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, pre
     return torch.where(predictor >= 0, picked, torch.zeros_like(picked))
 
 
-def flex_block_mask(segment_ids: torch.Tensor, segment_visible: torch.Tensor, block_size: int = 128,
-                    compile_mask: bool = True):
+def flex_block_mask(
+    segment_ids: torch.Tensor, segment_visible: torch.Tensor, block_size: int = 128, compile_mask: bool = True
+):
     """FlexAttention ``BlockMask`` of the structured layout (same rule as :func:`token_visibility`).
 
     ``mask_mod`` indexes the segment tensors, so the mask is evaluated per 128×128 block and
@@ -183,8 +203,9 @@ def flex_block_mask(segment_ids: torch.Tensor, segment_visible: torch.Tensor, bl
         seen = segment_visible[b, seg[b, q], seg[b, kv]] & valid[b, q] & valid[b, kv] & (kv <= q)
         return seen | (q == kv)
 
-    return create_block_mask(mask_mod, B, None, L, L, device=segment_ids.device, BLOCK_SIZE=block_size,
-                             _compile=compile_mask)
+    return create_block_mask(
+        mask_mod, B, None, L, L, device=segment_ids.device, BLOCK_SIZE=block_size, _compile=compile_mask
+    )
 
 
 def attention_mask_for(model, segment_ids: torch.Tensor, segment_visible: torch.Tensor):
@@ -201,16 +222,97 @@ def attention_mask_for(model, segment_ids: torch.Tensor, segment_visible: torch.
         return dense
     if impl == "eager":
         return additive_mask(dense, getattr(model, "dtype", torch.float32))
-    raise ValueError(f"structured attention needs attn_implementation sdpa, eager or flex_attention, got {impl!r}")
+    raise ValueError(
+        f"structured attention needs attn_implementation sdpa, eager or flex_attention, got {impl!r}"
+    )
 
 
-def structured_logprobs(model, input_ids: torch.Tensor, position_ids: torch.Tensor, segment_ids: torch.Tensor,
-                        segment_visible: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def block_sparse_sdpa(
+    module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """SDPA over query chunks, each against only the key columns some query of the chunk may see.
+
+    A dense mask makes CPU SDPA compute every (query, key) block, about twice the causal kernel;
+    cutting queries into chunks drops the keys after the chunk (causality) and the columns of
+    sibling branches (structure), so the work tracks the visible blocks. Same result as SDPA with
+    the full mask. query [B, H, L, D], key/value [B, Hkv, L, D], attention_mask [B, 1, L, L] bool.
+    """
+    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+
+    if attention_mask is None or attention_mask.dtype != torch.bool or query.shape[2] != key.shape[2]:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    n_rep = getattr(module, "num_key_value_groups", 1)
+    key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)  # [B, H, L, D]
+    L = query.shape[2]
+    outs = []
+    for a in range(0, L, QUERY_CHUNK):  # O(L / chunk) iterations: blocks, not tokens
+        b = min(L, a + QUERY_CHUNK)
+        sub = attention_mask[:, :, a:b, :b]  # [B, 1, c, b]
+        seen = sub.any(-2).flatten(0, 1).any(0)  # [b] keys some row/query of the chunk sees
+        k_c, v_c = key[:, :, :b], value[:, :, :b]  # views: free, already saved for backward
+        if int(seen.sum()) < GATHER_BELOW * b:  # gathered copies cost memory: only when they save enough work
+            cols = seen.nonzero().squeeze(-1)
+            k_c, v_c, sub = k_c[:, :, cols], v_c[:, :, cols], sub[..., cols]
+        outs.append(
+            torch.nn.functional.scaled_dot_product_attention(
+                query[:, :, a:b],
+                k_c,
+                v_c,
+                attn_mask=sub,
+                dropout_p=dropout,
+                scale=scaling,
+            )
+        )
+    return torch.cat(outs, 2).transpose(1, 2).contiguous(), None  # [B, L, H, D]
+
+
+def _register_block_sdpa() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+    from transformers.masking_utils import sdpa_mask as hf_sdpa_mask
+
+    AttentionInterface.register(BLOCK_SDPA, block_sparse_sdpa)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(BLOCK_SDPA, hf_sdpa_mask)  # 2-D masks still work as for sdpa
+
+
+def structured_logprobs(
+    model,
+    input_ids: torch.Tensor,
+    position_ids: torch.Tensor,
+    segment_ids: torch.Tensor,
+    segment_visible: torch.Tensor,
+    temperature: float = 1.0,
+    block_sparse: bool = True,
+) -> torch.Tensor:
     """Per-token logprobs [B, L] of rows scored under their structured layout (the learner's path).
 
     All tensors must be on the model's device. Column t holds log p(x_t | what its engine request
-    saw); 0 where no logits predict it (the first token, padding).
+    saw); 0 where no logits predict it (the first token, padding). With `block_sparse` an sdpa
+    model runs this forward through :func:`block_sparse_sdpa` (same values, less work).
     """
     mask = attention_mask_for(model, segment_ids, segment_visible)
-    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids).logits  # [B, L, V]
-    return structured_token_logprobs(logits, input_ids, predictor_index(segment_ids, segment_visible), temperature)
+    config = getattr(model, "module", model).config
+    impl = config._attn_implementation
+    swap = block_sparse and impl == "sdpa"
+    if swap:
+        _register_block_sdpa()
+        config._attn_implementation = BLOCK_SDPA  # read per forward; restored below
+    try:
+        logits = model(
+            input_ids=input_ids, attention_mask=mask, position_ids=position_ids
+        ).logits  # [B, L, V]
+    finally:
+        if swap:
+            config._attn_implementation = impl
+    return structured_token_logprobs(
+        logits, input_ids, predictor_index(segment_ids, segment_visible), temperature
+    )

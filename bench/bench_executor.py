@@ -24,6 +24,7 @@ Grammar: the same runs with xgrammar masking on; cost = masking seconds / decode
 the wall-clock overhead.
 
     python bench/bench_executor.py [--n 32] [--difficulty 3] [--batch 1 8 32] [--repeat 3]
+                                   [--hidden 128 --layers 4]
 
 Prints a table and a final JSON line. Uses torch.set_num_threads(1); report `uptime` with it.
 """
@@ -39,13 +40,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
+import torch
 
-import toyworld  # noqa: E402
-from actors.executor import ExecutorConfig, ParallelExecutor  # noqa: E402
-from actors.executor_replay import Replay, role_scripts, sequential_script  # noqa: E402
-from formats import parse  # noqa: E402
-from orchestrator.batch import SamplingParams  # noqa: E402
+import toyworld
+from actors.executor import ExecutorConfig, ParallelExecutor
+from actors.executor_replay import Replay, role_scripts, sequential_script
+from formats import parse
+from orchestrator.batch import SamplingParams
 
 
 def timed_run(model, tok, problems, mode: str, grammar: bool, repeat: int):
@@ -121,24 +122,28 @@ def main() -> None:
     ap.add_argument("--family", default="subtask")
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--hidden", type=int, default=128, help="tiny model width (grammar cost vs decode cost)")
+    ap.add_argument("--layers", type=int, default=4)
     args = ap.parse_args()
     torch.set_num_threads(1)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tinylm import TinyModelConfig, build_tiny_model
 
-    path = build_tiny_model(tempfile.mkdtemp(prefix="bench_exec_"), TinyModelConfig(), toyworld.corpus(500, 0))
+    mcfg = TinyModelConfig(hidden_size=args.hidden, num_layers=args.layers, intermediate_size=3 * args.hidden)
+    path = build_tiny_model(tempfile.mkdtemp(prefix="bench_exec_"), mcfg, toyworld.corpus(500, 0))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(path)
     problems = toyworld.generate(args.family, args.n, seed=0, difficulty=args.difficulty)
-    print(f"load: {os.getloadavg()}  n={args.n} family={args.family} difficulty={args.difficulty}")
+    print(f"load: {os.getloadavg()}  n={args.n} family={args.family} difficulty={args.difficulty} "
+          f"model: hidden={args.hidden} layers={args.layers}")
     rows = [bench_batch(model, tok, problems, B, args.repeat) for B in args.batch]
     keys = list(rows[0])
     print(" ".join(f"{k:>12.12}" for k in keys))
     for r in rows:
         print(" ".join(f"{r[k]!s:>12.12}" for k in keys))
     print(json.dumps({"bench": "executor", "load": os.getloadavg(), "n": args.n, "family": args.family,
-                      "difficulty": args.difficulty, "rows": rows}))
+                      "difficulty": args.difficulty, "hidden": args.hidden, "layers": args.layers, "rows": rows}))
 
 
 if __name__ == "__main__":

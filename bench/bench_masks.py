@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -31,8 +30,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from actors import masks  # noqa: E402
-from orchestrator.batch import ExecutionRecord  # noqa: E402
+from actors import masks
+from orchestrator.batch import ExecutionRecord
 
 
 def synthetic_record(L: int, branches: int = 4) -> ExecutionRecord:
@@ -77,9 +76,20 @@ def tiny_model(max_pos: int):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=400, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=max_pos,
-                      tie_word_embeddings=True, bos_token_id=None, eos_token_id=1, pad_token_id=0)
+    cfg = Qwen3Config(
+        vocab_size=400,
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=max_pos,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
     return Qwen3ForCausalLM(cfg)
 
 
@@ -108,13 +118,29 @@ def _stepper(layout: str, L: int):
     return step
 
 
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def worker(layout: str, L: int) -> dict:
-    """Peak RSS of one training step above the loaded baseline (own process: a clean high-water mark)."""
-    step = _stepper(layout, L)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    """Peak RSS during the first training step above the RSS just before it (sampled every 2 ms)."""
+    import threading
+
+    step = _stepper(layout, L)  # no warm-up: a freed warm-up peak would stay in the RSS baseline
+    base, peak, done = _rss_mib(), [0.0], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_mib())
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=sample)
+    watcher.start()
     step()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"layout": layout, "L": L, "peak_mib": (peak - base) / 1024}
+    done.set()
+    watcher.join()
+    return {"layout": layout, "L": L, "peak_mib": max(0.0, max(peak[0], _rss_mib()) - base)}
 
 
 LAYOUT_NAMES = ("causal", "structured", "naive")
@@ -143,16 +169,25 @@ def run_step(args) -> None:
         step_s = time_layouts(L, args.steps)
         for layout in LAYOUT_NAMES:
             cmd = [sys.executable, __file__, "_worker", layout, str(L), str(args.threads)]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            out = (
+                subprocess.run(cmd, capture_output=True, text=True, check=True)
+                .stdout.strip()
+                .splitlines()[-1]
+            )
             row = json.loads(out)
-            row.update(step_s=step_s[layout], vs_causal=step_s[layout] / step_s["causal"],
-                       mask_build_s=build if layout == "naive" else 0.0,
-                       segments=len(synthetic_record(L).segment_visible))
+            row.update(
+                step_s=step_s[layout],
+                vs_causal=step_s[layout] / step_s["causal"],
+                mask_build_s=build if layout == "naive" else 0.0,
+                segments=len(synthetic_record(L).segment_visible),
+            )
             rows.append(row)
     print(f"{'L':>6} {'layout':<11} {'step s':>8} {'x causal':>9} {'peak MiB':>9} {'naive mask build s':>19}")
     for r in rows:
-        print(f"{r['L']:>6} {r['layout']:<11} {r['step_s']:>8.3f} {r['vs_causal']:>9.2f} {r['peak_mib']:>9.1f} "
-              f"{r['mask_build_s']:>19.3f}")
+        print(
+            f"{r['L']:>6} {r['layout']:<11} {r['step_s']:>8.3f} {r['vs_causal']:>9.2f} {r['peak_mib']:>9.1f} "
+            f"{r['mask_build_s']:>19.3f}"
+        )
     print(json.dumps({"bench": "masks_step", "threads": args.threads, "steps": args.steps, "rows": rows}))
 
 
@@ -168,33 +203,45 @@ def run_consistency(args) -> None:
     from orchestrator.structured import build_train_batch, replay_processor, teacher_role_scripts
     from tinylm import TinyModelConfig, build_tiny_model
 
-    path = build_tiny_model(tempfile.mkdtemp(), TinyModelConfig(max_position_embeddings=2048), toyworld.corpus(500, 0))
+    path = build_tiny_model(
+        tempfile.mkdtemp(), TinyModelConfig(max_position_embeddings=2048), toyworld.corpus(500, 0)
+    )
     model, tok = AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
     problems, _ = toyworld.make_splits(args.n, 1, seed=1, difficulty=2, family="mixed")
     prompts = [tok(p.prompt, add_special_tokens=False)["input_ids"] for p in problems]
     result = {}
     for fmt in ("parason", "parallel_r1"):
         for mode in ("executed", "sequential"):
-            scripts = [teacher_role_scripts(pr, p.traces[fmt], fmt, tok, mode) for pr, p in zip(prompts, problems)]
+            scripts = [
+                teacher_role_scripts(pr, p.traces[fmt], fmt, tok, mode) for pr, p in zip(prompts, problems)
+            ]
             cfg = ExecutorConfig(format=fmt, mode=mode, num_paths=3)  # difficulty 2: 3 branches
             runs = ParallelExecutor(model, tok, cfg, replay_processor(scripts, tok.eos_token_id)).run(
-                prompts, SamplingParams(max_new_tokens=400, temperature=1.0, seed=0))
-            trajs = [Trajectory(p.uid, pr, r.token_ids, r.logprobs, r.finish_reason, "", r.record)
-                     for p, pr, r in zip(problems, prompts, runs)]
+                prompts, SamplingParams(max_new_tokens=400, temperature=1.0, seed=0)
+            )
+            trajs = [
+                Trajectory(p.uid, pr, r.token_ids, r.logprobs, r.finish_reason, "", r.record)
+                for p, pr, r in zip(problems, prompts, runs)
+            ]
             for layout in ("structured", "causal", "threadweaver"):
                 batch = build_train_batch(layout, trajs, [0.0] * len(trajs), tok.pad_token_id)
                 with torch.no_grad():
                     if layout == "structured":
                         logp = masks.structured_logprobs(model, batch.input_ids, *batch.structure())
                     else:  # causal and threadweaver rows are scored with plain causal attention
-                        logp = token_logprobs(model(input_ids=batch.input_ids,
-                                                    attention_mask=batch.attention_mask).logits, batch.input_ids)
+                        logp = token_logprobs(
+                            model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits,
+                            batch.input_ids,
+                        )
                 mask = batch.response_mask  # structured / threadweaver: sampled tokens only
                 if layout == "causal":
-                    mask = mask * _pad_rows([[float(s) for s in t.record.sampled] for t in trajs], mask.shape[1])
+                    mask = mask * _pad_rows(
+                        [[float(s) for s in t.record.sampled] for t in trajs], mask.shape[1]
+                    )
                 diff = float(((logp - batch.old_logprobs) * mask).abs().max())
                 result[f"{fmt}/{mode}/{layout}"] = diff
-                print(f"{fmt:<12} {mode:<11} learner={layout:<13} tokens={int(mask.sum()):>5} max|dlogp|={diff:.2e}")
+                n_tok = int(mask.sum())
+                print(f"{fmt:<12} {mode:<11} learner={layout:<13} tokens={n_tok:>5} max|dlogp|={diff:.2e}")
     print(json.dumps({"bench": "masks_consistency", "max_abs_diff": result}))
 
 

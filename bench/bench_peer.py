@@ -1,7 +1,8 @@
 """Peer benchmark: one GRPO step of Parallax against one of TRL's ``GRPOTrainer``, same CPU.
 
-Both sides run in this one process, one after the other (TRL first, so Ray's idle daemons
-do not tax it; then Parallax, whose rollout / reward / learner actors are Ray processes):
+Both sides run in this one process, A/B interleaved: Parallax's actors are started first, then
+TRL trains in this process and, after each of its timed steps, one Parallax ``rl_step`` runs, so
+both sides see the same machine load (other jobs share the cores). Compared:
 
 * the same tiny model (``tinylm.build_tiny_model`` on ``toyworld.corpus(2000, 0)``) and the
   same prompts per step (toy-world ``.prompt`` raw text, no chat template, in the order
@@ -105,7 +106,8 @@ def accuracy_reward(prompts, completions, answer, completion_ids=None, **_):
 TRL_TOKENS: list[int] = []  # completion tokens per step, recorded by the reward function
 
 
-def run_trl(args, model_dir: Path, problem_batches: list[list], out_dir: Path) -> dict:
+def run_trl(args, model_dir: Path, problem_batches: list[list], out_dir: Path, between=None) -> dict:
+    """TRL's steps; ``between(i)`` runs after step i is timed (the other side's step i)."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -137,6 +139,8 @@ def run_trl(args, model_dir: Path, problem_batches: list[list], out_dir: Path) -
 
         def on_step_end(self, *_, **__):
             phases["step"].append(time.perf_counter() - self.t0)
+            if between is not None:
+                between(len(phases["step"]) - 1)
 
     n = args.prompts * args.generations
     rows = [{"prompt": p.prompt, "answer": p.answer} for batch in problem_batches for p in batch]
@@ -168,51 +172,77 @@ def run_trl(args, model_dir: Path, problem_batches: list[list], out_dir: Path) -
 
 
 # ---- Parallax ------------------------------------------------------------------------------
-def run_parallax(args, model_dir: Path, run_dir: Path) -> dict:
-    import ray
-    from hydra import compose, initialize_config_dir
+class ParallaxSide:
+    """A Parallax ``Trainer`` composed with Hydra; ``step(i)`` runs one ``rl_step``."""
 
-    from orchestrator.config import register_configs, validate
-    from orchestrator.trainer import Trainer
+    def __init__(self, args, model_dir: Path, run_dir: Path):
+        from hydra import compose, initialize_config_dir
 
-    register_configs()
-    n = args.prompts * args.generations
-    overrides = [
-        "trainer.sft_steps=0", "trainer.eval_after_stage=false", "logging.wandb_mode=disabled",
-        "logging.progress_bar=false", f"run_dir={run_dir}", f"model.path={model_dir}",
-        f"trainer.rl_steps={args.warmup + args.steps}", f"trainer.prompts_per_step={args.prompts}",
-        f"trainer.seed={args.seed}", f"data.seed={args.seed}",
-        f"rollout.n={args.generations}", f"rollout.max_new_tokens={args.completion_len}",
-        "rollout.temperature=1.0", "rollout.top_p=1.0", f"rollout.torch_threads={args.threads}",
-        f"learner.torch_threads={args.threads}", f"learner.lr={args.lr}", "learner.kl_coef=0.0",
-        f"learner.micro_batch_size={n}", "learner.ppo_epochs=1", "cluster.include_dashboard=false",
-    ]
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = validate(compose("config", overrides=overrides))
-    t0 = time.perf_counter()
-    trainer = Trainer(cfg)
-    setup_s = time.perf_counter() - t0
-    stage = trainer.curriculum.stage
-    assert stage.kind == "rl", stage
-    metrics, walls = [], []
-    try:
-        for step in range(args.warmup + args.steps):
-            t1 = time.perf_counter()
-            metrics.append(trainer.rl_step(stage, step))
-            walls.append(time.perf_counter() - t1)  # + metrics rl_step computes after timing/step
-    finally:
-        trainer.logger.close({})
+        from orchestrator.config import register_configs, validate
+        from orchestrator.setup import start_cluster
+        from orchestrator.trainer import Trainer
+
+        register_configs()
+        self.args, self.n = args, args.prompts * args.generations
+        overrides = [
+            "trainer.sft_steps=0", "trainer.eval_after_stage=false", "logging.wandb_mode=disabled",
+            "logging.progress_bar=false", f"run_dir={run_dir}", f"model.path={model_dir}",
+            f"trainer.rl_steps={args.warmup + args.steps}", f"trainer.prompts_per_step={args.prompts}",
+            f"trainer.seed={args.seed}", f"data.seed={args.seed}",
+            f"rollout.n={args.generations}", f"rollout.max_new_tokens={args.completion_len}",
+            "rollout.temperature=1.0", "rollout.top_p=1.0", f"rollout.torch_threads={args.threads}",
+            f"learner.torch_threads={args.threads}", f"learner.lr={args.lr}", "learner.kl_coef=0.0",
+            f"learner.micro_batch_size={self.n}", "learner.ppo_epochs=1", "cluster.include_dashboard=false",
+        ]
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            cfg = validate(compose("config", overrides=overrides))
+        t0 = time.perf_counter()
+        _start_ray(lambda: start_cluster(cfg.cluster))  # Trainer then finds Ray running
+        self.trainer = Trainer(cfg)
+        self.setup_s = time.perf_counter() - t0
+        self.stage = self.trainer.curriculum.stage
+        assert self.stage.kind == "rl", self.stage
+        self.metrics: list[dict] = []
+        self.walls: list[float] = []
+
+    def step(self, i: int) -> None:
+        t0 = time.perf_counter()
+        self.metrics.append(self.trainer.rl_step(self.stage, i))
+        self.walls.append(time.perf_counter() - t0)  # + the metrics rl_step computes after timing/step
+
+    def close(self) -> None:
+        import ray
+
+        self.trainer.logger.close({})
         ray.shutdown()
-    steady = metrics[args.warmup:]
-    keys = sorted(k for k in steady[0] if k.startswith("timing/"))
-    return {"step_s": _median([m["timing/step"] for m in steady]),
-            "generate_s": _median([m["timing/generate"] for m in steady]),
-            "update_s": _median([m["timing/step"] - m["timing/generate"] for m in steady]),
-            "tokens": _median([m["response/length"] * n for m in steady]),
-            "clip_ratio": _median([m["response/clip_ratio"] for m in steady]),
-            "timing": {k: _median([m[k] for m in steady]) for k in keys},
-            "rl_step_wall_s": _median(walls[args.warmup:]),
-            "steps": [m["timing/step"] for m in metrics], "setup_s": setup_s}
+
+    def summary(self) -> dict:
+        w, n = self.args.warmup, self.n
+        steady = self.metrics[w:]
+        keys = sorted(k for k in steady[0] if k.startswith("timing/"))
+        return {"step_s": _median([m["timing/step"] for m in steady]),
+                "generate_s": _median([m["timing/generate"] for m in steady]),
+                "update_s": _median([m["timing/step"] - m["timing/generate"] for m in steady]),
+                "tokens": _median([m["response/length"] * n for m in steady]),
+                "clip_ratio": _median([m["response/clip_ratio"] for m in steady]),
+                "timing": {k: _median([m[k] for m in steady]) for k in keys},
+                "rl_step_wall_s": _median(self.walls[w:]),
+                "steps": [m["timing/step"] for m in self.metrics], "setup_s": self.setup_s}
+
+
+def _start_ray(start, tries: int = 3) -> None:
+    """Ray's local start can time out on an overloaded shared machine: retry a few times."""
+    import ray
+
+    for k in range(tries):
+        try:
+            return start()
+        except Exception as e:  # ray raises a bare Exception on a node start-up timeout
+            ray.shutdown()
+            if k == tries - 1:
+                raise
+            print(f"ray start failed ({e}); retrying", flush=True)
+            time.sleep(10)
 
 
 # ---- report --------------------------------------------------------------------------------
@@ -245,10 +275,15 @@ def main() -> None:
         base, no_eos = build_models(root)
         n_steps = args.warmup + args.steps
         load = {"start": os.getloadavg()}
-        trl = run_trl(args, base, step_batches(n_steps, args.prompts, args.seed), root / "trl")
-        load["after_trl"] = os.getloadavg()
-        px = run_parallax(args, no_eos, root / "parallax")
-        load["after_parallax"] = os.getloadavg()
+        side = ParallaxSide(args, no_eos, root / "parallax")
+        load["after_setup"] = os.getloadavg()
+        try:  # A/B interleaved: Parallax's step i runs right after TRL's step i, at the same load
+            trl = run_trl(args, base, step_batches(n_steps, args.prompts, args.seed), root / "trl",
+                          between=side.step)
+        finally:
+            side.close()
+        px = side.summary()
+        load["end"] = os.getloadavg()
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

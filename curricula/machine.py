@@ -102,9 +102,8 @@ class Curriculum:
                 self.streaks[i] = self.streaks[i] + 1 if p.holds(metrics) else 0
                 if self.streaks[i] >= p.patience and fired is None:
                     fired = f"metric {p}"
-        if stage.epochs is not None:
-            if Predicate(EPOCH_METRIC, ">=", stage.epochs).holds(metrics):
-                fired = fired or f"epochs {stage.epochs:g}"
+        if stage.epochs is not None and Predicate(EPOCH_METRIC, ">=", stage.epochs).holds(metrics):
+            fired = fired or f"epochs {stage.epochs:g}"
         if self.stage_step >= stage.steps:
             return "steps"
         return fired

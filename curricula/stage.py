@@ -14,7 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from curricula.schedule import Phase, RewardChoice, check_schedule, parse_schedule, reward_at, schedule_rewards
+from curricula.schedule import (
+    Phase,
+    RewardChoice,
+    check_schedule,
+    parse_schedule,
+    reward_at,
+    schedule_rewards,
+)
 from curricula.transitions import Predicate, parse_predicate
 
 KINDS = ("sft", "rl")

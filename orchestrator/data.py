@@ -83,3 +83,64 @@ def train_batch(trajs: list[Trajectory], advantages: list[float], pad_id: int) -
         old_logprobs=_pad(old, 0.0, torch.float32),
         advantages=_pad(adv, 0.0, torch.float32),
     )
+
+
+class StageStreams:
+    """One shuffled batch stream per curriculum stage, and how many batches each has given.
+
+    A stage's data is `stage.data` (a loader name) or the run's `data.source`. The toy world
+    gives SFT examples (with teacher traces) and RL prompts; a real benchmark name
+    (gsm8k_train, dapo_math_17k, ...) gives RL prompts through the `evaluation` loaders.
+    `consumed` is the data position a checkpoint stores; `fast_forward` replays it.
+    """
+
+    def __init__(self, cfg: DataConfig, train: list, tokenizer, seed: int, prompt_style: str = "raw"):
+        self.cfg, self.train, self.tokenizer, self.seed = cfg, train, tokenizer, seed
+        self.prompt_style = prompt_style
+        self.consumed: dict[str, int] = {}
+        self._streams: dict[str, Iterator[list]] = {}
+        self._sizes: dict[str, int] = {}
+
+    def check(self, stage, batch_size: int) -> None:
+        """Fail at setup, not mid-run, when a stage's data cannot be had."""
+        source = stage.data or self.cfg.source
+        if stage.kind == "sft" and source != "toyworld":
+            raise ValueError(f"stage {stage.name!r}: SFT needs teacher traces; data {source!r} has none "
+                             "(use toyworld, or build Parallel-GSM8K with `python -m evaluation build-gsm8k`)")
+        items = self._items(stage)
+        if len(items) < batch_size:
+            raise ValueError(f"stage {stage.name!r}: batch {batch_size} > {len(items)} items of {source!r}")
+
+    def _items(self, stage) -> list:
+        source = stage.data or self.cfg.source
+        if source == "toyworld":
+            return self.train if stage.kind == "sft" else to_prompts(self.train, self.tokenizer)
+        from evaluation import build_prompt, load_benchmark
+
+        fmt = "parason" if self.cfg.trace == "parason" else "parallel_r1"
+        style = "plain" if self.cfg.trace == "serial" else "parallel"
+        probs = load_benchmark(source)
+        texts = [build_prompt(p.question, style, fmt) for p in probs]
+        ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        return [Prompt(uid=p.uid, text=t, token_ids=i, ground_truth=p.answer, meta=dict(p.meta))
+                for p, t, i in zip(probs, texts, ids)]
+
+    def next(self, stage, batch_size: int) -> list:
+        key = f"{stage.name}/{batch_size}"
+        if key not in self._streams:
+            items = self._items(stage)
+            self._sizes[key] = len(items)
+            self._streams[key] = batches(items, batch_size, self.seed)
+        self.consumed[key] = self.consumed.get(key, 0) + 1
+        return next(self._streams[key])
+
+    def epoch(self, stage, batch_size: int) -> float:
+        """Epochs of the stage's data used so far (the `data/epoch` metric)."""
+        key = f"{stage.name}/{batch_size}"
+        return self.consumed.get(key, 0) * batch_size / max(1, self._sizes.get(key, 1))
+
+    def fast_forward(self, consumed: dict[str, int], stages: dict) -> None:
+        for key, count in consumed.items():
+            name, size = key.rsplit("/", 1)
+            for _ in range(count):
+                self.next(stages[name], int(size))

@@ -60,6 +60,15 @@ class Groups:
     sync: WeightSync
     placement_group: object
 
+    def shutdown(self) -> None:
+        """Free the run's actors and placement group (sweep jobs share one Ray cluster)."""
+        from ray.util import remove_placement_group
+
+        for group in (self.rollout, self.reward, self.learner):
+            for actor in group.actors:
+                ray.kill(actor)
+        remove_placement_group(self.placement_group)
+
 
 def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
     """Reserve one placement group and create the rollout, reward and learner actors on it."""

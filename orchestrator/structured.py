@@ -36,8 +36,13 @@ def sequential_record(n_prompt: int, n_response: int) -> ExecutionRecord:
         raise ValueError("a record needs at least one prompt token")
     segs = [0] * n_prompt + [1] * n_response
     visible = [[], [0]] if n_response else [[]]
-    return ExecutionRecord(list(range(n_prompt + n_response)), segs, visible, [-1, 0][: len(visible)],
-                           [False] * n_prompt + [True] * n_response)
+    return ExecutionRecord(
+        list(range(n_prompt + n_response)),
+        segs,
+        visible,
+        [-1, 0][: len(visible)],
+        [False] * n_prompt + [True] * n_response,
+    )
 
 
 # ---- teacher traces -> records ----------------------------------------------------------------
@@ -77,13 +82,16 @@ class _Walk:
         `n_tokens` given: that many tokens that are not trace text (the prompt, EOS)."""
         if n_tokens is None:
             end = self.char + len(piece)
-            if self.text[self.char:end] != piece:
+            if self.text[self.char : end] != piece:
                 raise ValueError(f"trace text diverges from its tree at char {self.char}")
             n_tokens = 0
             while self.tok + n_tokens < len(self.starts) and self.starts[self.tok + n_tokens] < end:
                 n_tokens += 1
-            if end < len(self.text) and self.tok + n_tokens < len(self.starts) and \
-                    self.starts[self.tok + n_tokens] != end:
+            if (
+                end < len(self.text)
+                and self.tok + n_tokens < len(self.starts)
+                and self.starts[self.tok + n_tokens] != end
+            ):
                 raise ValueError(f"a token straddles a structure boundary at char {end} of the trace")
             self.char = end
             self.tok += n_tokens
@@ -123,18 +131,22 @@ class _Walk:
         if s.is_parason:  # the main request writes the outline; </Outlines> is the fork point
             self.emit(row, s.parallel_open + gaps[0] + s.outlines_open + gaps[1], True)
             for k, br in enumerate(block.branches):
-                o, c = (s.subtask_open, s.subtask_close) if br.kind == SUBTASK else (s.trial_open, s.trial_close)
+                o, c = (
+                    (s.subtask_open, s.subtask_close) if br.kind == SUBTASK else (s.trial_open, s.trial_close)
+                )
                 self.emit(row, o + br.outline + c + gaps[k + 2], True)
             self.emit(row, s.outlines_close, True)
-            fixed = gaps[n + 2:]
+            fixed = gaps[n + 2 :]
             opener, closer = s.thread_open, s.thread_close
         else:
             self.emit(row, s.parallel_open, True)  # Parallel-R1 forks at <Parallel>
             fixed = gaps
             opener, closer = s.path_open, s.path_close
         if any(fixed):
-            raise ValueError("whitespace between branches / join tags cannot be produced by the executor "
-                             "(it forces those tags back to back); strip the block's gaps")
+            raise ValueError(
+                "whitespace between branches / join tags cannot be produced by the executor "
+                "(it forces those tags back to back); strip the block's gaps"
+            )
         children = []
         for k, br in enumerate(block.branches):
             child = row
@@ -145,9 +157,14 @@ class _Walk:
             self.emit(child, closer, True)
             children.append(child)
         if self.executed:  # the continuation sees every branch's own segments, at the critical-path position
-            own = [h for c in children for h in c.history[len(row.history):]]
-            row = _Row(self._new_request(), row.history + own, max(c.pos for c in children), role=row.role,
-                       forks=row.forks + 1)
+            own = [h for c in children for h in c.history[len(row.history) :]]
+            row = _Row(
+                self._new_request(),
+                row.history + own,
+                max(c.pos for c in children),
+                role=row.role,
+                forks=row.forks + 1,
+            )
         else:
             row = children[-1]
         if s.is_parason:
@@ -163,8 +180,9 @@ class _Walk:
         return self.n_requests - 1
 
 
-def teacher_record(prompt_ids: list[int], trace: str, spec, tokenizer, mode: str = "executed",
-                   eos: bool = True) -> tuple[list[int], ExecutionRecord]:
+def teacher_record(
+    prompt_ids: list[int], trace: str, spec, tokenizer, mode: str = "executed", eos: bool = True
+) -> tuple[list[int], ExecutionRecord]:
     """(response token ids, record) of a teacher trace as the executor would have run it.
 
     Executed mode: every branch is its own request that sees the prefix (through the fork token)
@@ -177,12 +195,13 @@ def teacher_record(prompt_ids: list[int], trace: str, spec, tokenizer, mode: str
     return ids, ExecutionRecord(walk.positions, walk.segment_ids, walk.visible, walk.request, walk.sampled)
 
 
-def teacher_role_scripts(prompt_ids: list[int], trace: str, spec, tokenizer,
-                         mode: str = "executed") -> dict[tuple[int, ...], list[int]]:
+def teacher_role_scripts(
+    prompt_ids: list[int], trace: str, spec, tokenizer, mode: str = "executed"
+) -> dict[tuple[int, ...], list[int]]:
     """What each executor request role emits (sampled and forced) to reproduce the trace; for replay."""
     walk, ids = _walk_trace(prompt_ids, trace, spec, tokenizer, mode, eos=False)
     scripts: dict[tuple[int, ...], list[int]] = {}
-    for tok, role in zip(ids, walk.roles[len(prompt_ids):]):
+    for tok, role in zip(ids, walk.roles[len(prompt_ids) :]):
         scripts.setdefault(role, []).append(tok)
     return scripts
 
@@ -193,16 +212,20 @@ def replay_processor(scripts: list[dict[tuple[int, ...], list[int]]], eos_id: in
     The executor reports logprobs of the model's own distribution (before processors), so a
     replayed run yields real engine logprobs of the teacher's tokens: the consistency check's input.
     """
+
     def processor(rows, x: torch.Tensor) -> torch.Tensor:
         out = torch.full_like(x, float("-inf"))  # [S, V]
         for i, r in enumerate(rows):
             script = scripts[r.traj].get(r.role, [])
             out[i, script[len(r.tokens)] if len(r.tokens) < len(script) else eos_id] = 0.0
         return out
+
     return processor
 
 
-def _walk_trace(prompt_ids: list[int], trace: str, spec, tokenizer, mode: str, eos: bool) -> tuple[_Walk, list[int]]:
+def _walk_trace(
+    prompt_ids: list[int], trace: str, spec, tokenizer, mode: str, eos: bool
+) -> tuple[_Walk, list[int]]:
     from formats import parse
 
     if mode not in ("executed", "sequential"):
@@ -211,7 +234,9 @@ def _walk_trace(prompt_ids: list[int], trace: str, spec, tokenizer, mode: str, e
         raise ValueError("the prompt needs at least one token")
     result = parse(trace, spec)
     if not result.ok:
-        raise ValueError(f"teacher trace does not parse as {getattr(spec, 'name', spec)}: {result.error.message}")
+        raise ValueError(
+            f"teacher trace does not parse as {getattr(spec, 'name', spec)}: {result.error.message}"
+        )
     enc = tokenizer(trace, add_special_tokens=False, return_offsets_mapping=True)
     walk = _Walk(_spec(spec), [a for a, _ in enc["offset_mapping"]], trace, mode == "executed")
     walk.emit(_Row(-1, [], 0), "", False, n_tokens=len(prompt_ids))
@@ -244,12 +269,14 @@ def _with_layout(batch, records: list[ExecutionRecord]):
     from actors.masks import pack_records
 
     batch.position_ids, batch.segment_ids, batch.segment_visible = pack_records(
-        records, width=int(batch.input_ids.shape[1]))
+        records, width=int(batch.input_ids.shape[1])
+    )
     return batch
 
 
-def structured_sft_batch(problems: list, trace: str, tokenizer, mode: str = "executed",
-                         loss_on_forced: bool = False) -> SFTBatch:
+def structured_sft_batch(
+    problems: list, trace: str, tokenizer, mode: str = "executed", loss_on_forced: bool = False
+) -> SFTBatch:
     """Prompt + teacher trace + EOS with the layout the executor would run (`mode`), completion-only loss.
 
     Same token rows as ``orchestrator.data.sft_batch``. The loss covers the tokens the engine will
@@ -260,19 +287,24 @@ def structured_sft_batch(problems: list, trace: str, tokenizer, mode: str = "exe
         prompt = tokenizer(p.prompt, add_special_tokens=False)["input_ids"]
         ids, rec = teacher_record(prompt, p.traces[trace], trace, tokenizer, mode=mode)
         rows.append(prompt + ids)
-        keep = [1.0 if (s or loss_on_forced) else 0.0 for s in rec.sampled[len(prompt):]]
+        keep = [1.0 if (s or loss_on_forced) else 0.0 for s in rec.sampled[len(prompt) :]]
         loss.append([0.0] * len(prompt) + keep)
         records.append(rec)
-    batch = SFTBatch(_pad(rows, tokenizer.pad_token_id, torch.long), _pad([[1] * len(r) for r in rows], 0, torch.long),
-                     _pad(loss, 0.0, torch.float32))
+    batch = SFTBatch(
+        _pad(rows, tokenizer.pad_token_id, torch.long),
+        _pad([[1] * len(r) for r in rows], 0, torch.long),
+        _pad(loss, 0.0, torch.float32),
+    )
     return _with_layout(batch, records)
 
 
 def _record_of(t: Trajectory) -> ExecutionRecord:
     rec = t.record or sequential_record(len(t.prompt_ids), len(t.response_ids))
     if len(rec.segment_ids) != len(t.prompt_ids) + len(t.response_ids):
-        raise ValueError(f"trajectory {t.uid}: record covers {len(rec.segment_ids)} tokens, row has "
-                         f"{len(t.prompt_ids) + len(t.response_ids)}")
+        raise ValueError(
+            f"trajectory {t.uid}: record covers {len(rec.segment_ids)} tokens, row has "
+            f"{len(t.prompt_ids) + len(t.response_ids)}"
+        )
     return rec
 
 
@@ -305,20 +337,29 @@ def threadweaver_train_batch(trajs: list[Trajectory], advantages: list[float], p
         seg = torch.tensor(rec.segment_ids)
         for req in sorted({r for r in rec.segment_request if r >= 0}):
             last = max(s for s, r in enumerate(rec.segment_request) if r == req)
-            cols = torch.isin(seg, torch.tensor(rec.segment_visible[last] + [last])).nonzero().squeeze(-1).tolist()
+            cols = (
+                torch.isin(seg, torch.tensor(rec.segment_visible[last] + [last]))
+                .nonzero()
+                .squeeze(-1)
+                .tolist()
+            )
             own = [rec.segment_request[rec.segment_ids[c]] == req and rec.sampled[c] for c in cols]
             ids.append([row[c] for c in cols])
             resp.append([float(o) for o in own])
             old.append([lp[c] if o else 0.0 for c, o in zip(cols, own)])
             adv.append([a if o else 0.0 for o in own])
     return TrainBatch(
-        input_ids=_pad(ids, pad_id, torch.long), attention_mask=_pad([[1] * len(r) for r in ids], 0, torch.long),
-        response_mask=_pad(resp, 0.0, torch.float32), old_logprobs=_pad(old, 0.0, torch.float32),
+        input_ids=_pad(ids, pad_id, torch.long),
+        attention_mask=_pad([[1] * len(r) for r in ids], 0, torch.long),
+        response_mask=_pad(resp, 0.0, torch.float32),
+        old_logprobs=_pad(old, 0.0, torch.float32),
         advantages=_pad(adv, 0.0, torch.float32),
     )  # causal rows, positions 0..n-1: a join row is re-read flat, as ThreadWeaver's engine re-prefills it
 
 
-def build_train_batch(layout: str, trajs: list[Trajectory], advantages: list[float], pad_id: int) -> TrainBatch:
+def build_train_batch(
+    layout: str, trajs: list[Trajectory], advantages: list[float], pad_id: int
+) -> TrainBatch:
     """The learner batch for a layout name (``LAYOUTS``), chosen once from config."""
     if layout == "causal":
         from orchestrator.data import train_batch

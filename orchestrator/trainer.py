@@ -16,12 +16,12 @@ from typing import Any
 
 import ray
 
-from curricula import Curriculum, Stage, build_curriculum
+from curricula import Curriculum, Stage
 from orchestrator import algo
 from orchestrator.batch import Prompt, Trajectory
 from orchestrator.checkpoint import find_resume_checkpoint, resolve_auto_run_dir, save_checkpoint, truncate_metrics
 from orchestrator.config import ParallaxConfig
-from orchestrator.data import batches, load_problems, sft_batch, to_prompts, tokenizer_corpus, train_batch
+from orchestrator.data import StageStreams, load_problems, sft_batch, to_prompts, tokenizer_corpus, train_batch
 from orchestrator.logger import Logger, Timer
 from orchestrator.setup import Groups, build_groups, start_cluster
 
@@ -62,18 +62,34 @@ class Trainer:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.curriculum: Curriculum = build_curriculum(
-            cfg.curriculum.name, sft_steps=cfg.trainer.sft_steps, rl_steps=cfg.trainer.rl_steps)
+        self.curriculum: Curriculum = cfg.curriculum.build(cfg.reward, cfg.trainer)
+        self.data = StageStreams(cfg.data, train, self.tokenizer, cfg.trainer.seed)
+        for s in self.curriculum.stages:
+            if s.steps:
+                self.data.check(s, self._batch_size(s))
         start_cluster(cfg.cluster)
         self.groups: Groups = build_groups(cfg, self.model_path, self.run_dir.name)
-        self.sft_iter = batches(train, cfg.trainer.sft_batch_size, cfg.trainer.seed)
-        self.prompt_iter = batches(to_prompts(train, self.tokenizer), cfg.trainer.prompts_per_step, cfg.trainer.seed)
-        self.consumed = {"sft": 0, "rl": 0}  # batches drawn from each iterator (the data position)
         self.stage_table: list[dict[str, Any]] = []
         ckpt = find_resume_checkpoint(cfg.resume, self.run_dir)
         state = self._restore(ckpt) if ckpt else {}
         self.logger = Logger(cfg.logging, self.run_dir, _plain(cfg), self.curriculum.total_steps,
                              run_id=state.get("wandb_run_id"), start=self.curriculum.global_step)
+
+    # ---- per-stage settings (None in a stage: the run's config) --------------------------
+    def _batch_size(self, stage: Stage) -> int:
+        default = self.cfg.trainer.sft_batch_size if stage.kind == "sft" else self.cfg.trainer.prompts_per_step
+        return stage.batch_size or default
+
+    def _lr(self, stage: Stage) -> tuple[float, float]:
+        """(learning rate, weight decay) for this step of the stage."""
+        lcfg, sft = self.cfg.learner, stage.kind == "sft"
+        base = stage.lr or (lcfg.sft_lr if sft else lcfg.lr)
+        wd = stage.weight_decay if stage.weight_decay is not None else (lcfg.sft_weight_decay if sft
+                                                                        else lcfg.weight_decay)
+        if (stage.lr_schedule or ("cosine" if sft else "constant")) == "cosine":
+            warm = stage.warmup_ratio if stage.warmup_ratio is not None else lcfg.sft_warmup_ratio
+            base = algo.warmup_cosine(self.curriculum.stage_step, stage.steps, base, warm)
+        return base, wd
 
     # ---- the loop ------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -82,7 +98,8 @@ class Trainer:
         while not self.curriculum.done:
             stage, step = self.curriculum.stage, self.curriculum.global_step
             metrics = self.sft_step(stage) if stage.kind == "sft" else self.rl_step(stage, step)
-            metrics["curriculum/stage"] = self.curriculum.index
+            metrics.update(self.curriculum.metrics())
+            metrics["data/epoch"] = self.data.epoch(stage, self._batch_size(stage))
             self.logger.log(metrics, step)
             self.curriculum.update(metrics)
             if self.curriculum.done or self.curriculum.stage.name != stage.name:
@@ -94,20 +111,16 @@ class Trainer:
     def rl_step(self, stage: Stage, step: int) -> dict[str, Any]:
         t, g = Timer(), self.groups
         with t("step"):
-            prompts: list[Prompt] = next(self.prompt_iter)
-            self.consumed["rl"] += 1
-            with t("generate"):
-                trajs = [x for chunk in ray.get(g.rollout.async_generate(prompts, self.cfg.rollout.n, step))
-                         for x in chunk]
-            with t("reward"):
-                scored = self._score(trajs, prompts, stage, step)
+            prompts: list[Prompt] = self.data.next(stage, self._batch_size(stage))
+            n = stage.rollout_n or self.cfg.rollout.n
+            trajs, scored = self._generate_and_score(prompts, n, step, stage, step, t)
             with t("advantages"):
                 rewards = [r for group in scored.rewards for r in group]
                 adv = algo.grpo_advantages(rewards, [x.uid for x in trajs], self.cfg.learner.norm_adv_by_std)
                 batch = train_batch(trajs, adv, self.tokenizer.pad_token_id)
             with t("update"):
-                stats = _mean_dicts(ray.get(g.learner.async_grpo_step(batch, self.cfg.learner.lr,
-                                                                      self.cfg.rollout.temperature)))
+                lr, wd = self._lr(stage)
+                stats = _mean_dicts(ray.get(g.learner.async_grpo_step(batch, lr, wd, self.cfg.rollout.temperature)))
             with t("sync"):
                 g.sync.push(g.learner, g.rollout)
         lengths = [len(x.response_ids) for x in trajs]
@@ -117,41 +130,52 @@ class Trainer:
                 "throughput/tokens_per_s": sum(lengths) / t.times["timing/generate"]}
 
     def sft_step(self, stage: Stage) -> dict[str, Any]:
-        t, g, c = Timer(), self.groups, self.curriculum
+        t, g = Timer(), self.groups
         with t("step"):
-            batch = sft_batch(next(self.sft_iter), self.cfg.data.trace, self.tokenizer)
-            self.consumed["sft"] += 1
-            lr = algo.warmup_cosine(c.stage_step, stage.steps, self.cfg.learner.sft_lr,
-                                    self.cfg.learner.sft_warmup_ratio)
+            batch = sft_batch(self.data.next(stage, self._batch_size(stage)), self.cfg.data.trace, self.tokenizer)
+            lr, wd = self._lr(stage)
             with t("update"):
-                stats = _mean_dicts(ray.get(g.learner.async_sft_step(batch, lr)))
+                stats = _mean_dicts(ray.get(g.learner.async_sft_step(batch, lr, wd)))
         return {**stats, **t.times}
 
     # ---- helpers ----------------------------------------------------------------------------
-    def _score(self, trajs: list[Trajectory], prompts: list[Prompt], stage: Stage, step: int):
-        """Score every prompt's group on the reward actors; returns one merged RewardBatch."""
+    def _generate_and_score(self, prompts: list[Prompt], n: int, seed: int, stage: Stage, step: int,
+                            t: Timer, greedy: bool = False):
+        """Generate on every rollout actor; score each actor's groups as soon as its chunk returns,
+        so scoring overlaps the generation still running elsewhere. Returns (trajectories, RewardBatch)."""
         from actors.reward_worker import RewardBatch
         from rewards import RewardSpec
 
-        n = self.cfg.rollout.n
-        groups = [{"texts": [x.text for x in trajs[i * n:(i + 1) * n]], "ground_truth": p.ground_truth}
-                  for i, p in enumerate(prompts)]
+        truth = {p.uid: p.ground_truth for p in prompts}
         spec = RewardSpec(stage.reward, dict(stage.reward_params)) if stage.reward else None
-        parts = ray.get(self.groups.reward.async_score(groups, step=step, stage=stage.name, spec=spec))
+        with t("generate"):
+            gen_refs = self.groups.rollout.async_generate(prompts, n, seed, greedy)
+            where = {ref: i for i, ref in enumerate(gen_refs)}
+            chunks: list = [None] * len(gen_refs)
+            score_refs: list = [None] * len(gen_refs)
+            pending = list(gen_refs)
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                i = where[ready[0]]
+                chunks[i] = ray.get(ready[0])
+                groups = [{"texts": [x.text for x in chunks[i][k:k + n]], "ground_truth": truth[chunks[i][k].uid]}
+                          for k in range(0, len(chunks[i]), n)]
+                score_refs[i] = self.groups.reward.async_score(groups, step=step, stage=stage.name, spec=spec)
+        with t("reward"):
+            parts = ray.get([r for refs in score_refs for r in refs])
         merged = RewardBatch([], [], [], {}, {})
         for p in parts:
             merged.rewards += p.rewards
             merged.correct += p.correct
             merged.components += p.components
         merged.metrics = _mean_dicts([p.metrics for p in parts])
-        return merged
+        return [x for chunk in chunks for x in chunk], merged
 
     def evaluate(self) -> dict[str, float]:
         """Greedy decoding on the held-out problems: accuracy and parallel structure."""
         prompts = to_prompts(self.test, self.tokenizer)
-        trajs = [x for chunk in ray.get(self.groups.rollout.async_generate(prompts, 1, 0, greedy=True))
-                 for x in chunk]
-        scored = self._score(trajs, prompts, Stage("eval", "rl", 1, reward="accuracy"), 0)
+        trajs, scored = self._generate_and_score(prompts, 1, 0, Stage("eval", "rl", 1, reward="accuracy"), 0,
+                                                 Timer(), greedy=True)
         acc = mean(c for group in scored.correct for c in group)
         return {"eval/acc": acc, **trajectory_stats(trajs, self.fmt, "eval/parallel")}
 
@@ -172,7 +196,7 @@ class Trainer:
             ray.get(learner.async_call("save_training_state", str(tmp / "training_state")))
 
         state = {"curriculum": self.curriculum.state_dict(), "wandb_run_id": self.logger.run_id,
-                 "global_step": self.curriculum.global_step, "consumed": self.consumed,
+                 "global_step": self.curriculum.global_step, "consumed": self.data.consumed,
                  "stage_table": self.stage_table}
         return save_checkpoint(self.run_dir / "checkpoints", self.curriculum.global_step, write, state)
 
@@ -184,10 +208,7 @@ class Trainer:
         """
         state = json.loads((ckpt / "trainer_state.json").read_text())
         self.curriculum.load_state_dict(state["curriculum"])
-        for kind, it in (("sft", self.sft_iter), ("rl", self.prompt_iter)):
-            for _ in range(state["consumed"][kind]):
-                next(it)
-        self.consumed = dict(state["consumed"])
+        self.data.fast_forward(state["consumed"], {s.name: s for s in self.curriculum.stages})
         self.stage_table = list(state["stage_table"])
         ray.get(self.groups.learner.async_call("load_training_state", str(ckpt / "training_state")))
         self.groups.sync.push(self.groups.learner, self.groups.rollout)
@@ -201,6 +222,7 @@ class Trainer:
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         self.logger.write(format_table(self.stage_table))
         self.logger.close({f"final/{k}": v for k, v in (self.stage_table[-1] if self.stage_table else {}).items()})
+        self.groups.shutdown()
         return summary
 
 

@@ -65,8 +65,13 @@ def test_sequential_record_is_causal_and_shift_by_one() -> None:
 
 def test_branch_first_token_is_predicted_by_the_prefix() -> None:
     # prompt(2) | branch A(2) | branch B(2) | join(1): B's first token reads the prompt's last logits.
-    rec = ExecutionRecord([0, 1, 2, 3, 2, 3, 4], [0, 0, 1, 1, 2, 2, 3], [[], [0], [0], [0, 1, 2]],
-                          [-1, 0, 1, 2], [False, False] + [True] * 5)
+    rec = ExecutionRecord(
+        [0, 1, 2, 3, 2, 3, 4],
+        [0, 0, 1, 1, 2, 2, 3],
+        [[], [0], [0], [0, 1, 2]],
+        [-1, 0, 1, 2],
+        [False, False] + [True] * 5,
+    )
     _, seg, vis = masks.pack_records([rec])
     assert masks.predictor_index(seg, vis)[0].tolist() == [-1, 0, 1, 2, 1, 4, 5]
     m = masks.sdpa_mask(seg, vis)[0, 0]
@@ -114,8 +119,13 @@ def _flex_vs_sdpa(device: str, compiled: bool) -> float:
     """Max |flex_attention(BlockMask) - SDPA(dense mask)| on a 4-segment layout (L=300 padded to 320)."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    rec = ExecutionRecord(list(range(300)), [0] * 100 + [1] * 90 + [2] * 70 + [3] * 40,
-                          [[], [0], [0], [0, 1, 2]], [-1, 0, 1, 2], [True] * 300)
+    rec = ExecutionRecord(
+        list(range(300)),
+        [0] * 100 + [1] * 90 + [2] * 70 + [3] * 40,
+        [[], [0], [0], [0, 1, 2]],
+        [-1, 0, 1, 2],
+        [True] * 300,
+    )
     _, seg, vis = masks.pack_records([rec], width=320)
     seg, vis = seg.to(device), vis.to(device)
     block = masks.flex_block_mask(seg, vis, compile_mask=compiled)
@@ -136,3 +146,30 @@ def test_flex_block_mask_attends_like_the_dense_mask_on_gpu() -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     assert _flex_vs_sdpa("cuda", compiled=True) < 1e-4
+
+
+def test_block_sparse_sdpa_equals_dense_masked_sdpa_across_chunks() -> None:
+    # Two rows (one padded), 600 tokens: several query chunks, sibling-branch columns dropped, GQA heads.
+    recs = []
+    for n in (600, 530):
+        seg = [0] * 100 + [1] * 150 + [2] * 150 + [3] * (n - 400)
+        recs.append(
+            ExecutionRecord(list(range(n)), seg, [[], [0], [0], [0, 1, 2]], [-1, 0, 1, 2], [True] * n)
+        )
+    _, seg, vis = masks.pack_records(recs)
+    mask = masks.sdpa_mask(seg, vis)  # [2, 1, 600, 600]
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (
+        torch.randn(2, 4, 600, 8, generator=g),
+        torch.randn(2, 2, 600, 8, generator=g),
+        torch.randn(2, 2, 600, 8, generator=g),
+    )
+
+    class Attn(torch.nn.Module):
+        num_key_value_groups = 2
+
+    out, _ = masks.block_sparse_sdpa(Attn(), q, k, v, mask, scaling=0.3)  # [B, L, H, D]
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=mask, scale=0.3
+    ).transpose(1, 2)
+    assert out.shape == ref.shape and (out - ref).abs().max() < 1e-5

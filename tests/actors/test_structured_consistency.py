@@ -25,9 +25,20 @@ def model(request):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-                      tie_word_embeddings=True, bos_token_id=None, eos_token_id=1, pad_token_id=0)
+    cfg = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
     cfg._attn_implementation = request.param
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matmuls: one thread is fastest and kind to a shared 2-core machine
@@ -48,11 +59,18 @@ def engine_reference(model, ids: list[int], rec: ExecutionRecord, temperature: f
         if visible:
             cache = DynamicCache()
             for layer in range(model.config.num_hidden_layers):
-                cache.update(torch.cat([kv[v][layer][0] for v in visible], -2),
-                             torch.cat([kv[v][layer][1] for v in visible], -2), layer)
-        out = model(input_ids=torch.tensor(ids)[cols][None], position_ids=torch.tensor(rec.position_ids)[cols][None],
-                    attention_mask=torch.ones(1, ctx + len(cols), dtype=torch.long),  # explicit: no packing guess
-                    past_key_values=cache, use_cache=True)
+                cache.update(
+                    torch.cat([kv[v][layer][0] for v in visible], -2),
+                    torch.cat([kv[v][layer][1] for v in visible], -2),
+                    layer,
+                )
+        out = model(
+            input_ids=torch.tensor(ids)[cols][None],
+            position_ids=torch.tensor(rec.position_ids)[cols][None],
+            attention_mask=torch.ones(1, ctx + len(cols), dtype=torch.long),  # explicit: no packing guess
+            past_key_values=cache,
+            use_cache=True,
+        )
         kv[s] = [(lay.keys[..., ctx:, :], lay.values[..., ctx:, :]) for lay in out.past_key_values.layers]
         logits[cols] = out.logits[0]
     _, seg_t, vis_t = masks.pack_records([rec])
@@ -77,7 +95,9 @@ def parallel_record(prefix: int, branches: list[int], join: int) -> ExecutionRec
     return ExecutionRecord(pos, seg, vis, list(range(-1, len(vis) - 1)), sampled)
 
 
-def learner_logprobs(model, rows: list[list[int]], recs: list[ExecutionRecord], temperature: float) -> torch.Tensor:
+def learner_logprobs(
+    model, rows: list[list[int]], recs: list[ExecutionRecord], temperature: float
+) -> torch.Tensor:
     width = max(len(r) for r in rows)
     ids = torch.zeros(len(rows), width, dtype=torch.long)
     for b, r in enumerate(rows):
@@ -92,8 +112,11 @@ def random_ids(n: int, seed: int) -> list[int]:
 
 
 def test_padded_batch_of_executed_and_sequential_rows_matches_engine(model) -> None:
-    recs = [parallel_record(5, [4, 7, 2], 6), parallel_record(3, [6, 6], 3),
-            ExecutionRecord(list(range(9)), [0] * 4 + [1] * 5, [[], [0]], [-1, 0], [False] * 4 + [True] * 5)]
+    recs = [
+        parallel_record(5, [4, 7, 2], 6),
+        parallel_record(3, [6, 6], 3),
+        ExecutionRecord(list(range(9)), [0] * 4 + [1] * 5, [[], [0]], [-1, 0], [False] * 4 + [True] * 5),
+    ]
     rows = [random_ids(len(r.segment_ids), i) for i, r in enumerate(recs)]
     got = learner_logprobs(model, rows, recs, temperature=0.8)
     with torch.no_grad():
@@ -110,7 +133,9 @@ def test_branch_equals_prefix_plus_branch_run_as_one_causal_sequence(model) -> N
     cols = [c for c, s in enumerate(rec.segment_ids) if s in (3, 4)]
     flat = row[:6] + [row[c] for c in cols]
     with torch.no_grad():
-        logits = model(input_ids=torch.tensor([flat]), attention_mask=torch.ones(1, len(flat), dtype=torch.long)).logits
+        logits = model(
+            input_ids=torch.tensor([flat]), attention_mask=torch.ones(1, len(flat), dtype=torch.long)
+        ).logits
     from orchestrator.algo import token_logprobs
 
     want = token_logprobs(logits, torch.tensor([flat]))[0, 6:]
@@ -122,14 +147,29 @@ def test_branch_equals_prefix_plus_branch_run_as_one_causal_sequence(model) -> N
 
 
 @settings(max_examples=8, deadline=None)
-@given(st.integers(1, 6), st.lists(st.integers(1, 6), min_size=2, max_size=4), st.integers(1, 5), st.integers(0, 99))
+@given(
+    st.integers(1, 6),
+    st.lists(st.integers(1, 6), min_size=2, max_size=4),
+    st.integers(1, 5),
+    st.integers(0, 99),
+)
 def test_random_block_layouts_match_engine(prefix: int, branches: list[int], join: int, seed: int) -> None:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(1)
-    cfg = Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
-                      bos_token_id=None, eos_token_id=1, pad_token_id=0)
+    cfg = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
     net = Qwen3ForCausalLM(cfg).eval()
     rec = parallel_record(prefix, branches, join)
     row = random_ids(len(rec.segment_ids), seed)

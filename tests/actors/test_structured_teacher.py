@@ -16,8 +16,14 @@ import torch
 import toyworld
 from actors import masks
 from orchestrator.batch import SamplingParams, Trajectory
-from orchestrator.structured import (build_train_batch, replay_processor, structured_sft_batch, teacher_record,
-                                     teacher_role_scripts, threadweaver_train_batch)
+from orchestrator.structured import (
+    build_train_batch,
+    replay_processor,
+    structured_sft_batch,
+    teacher_record,
+    teacher_role_scripts,
+    threadweaver_train_batch,
+)
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +33,10 @@ def lm(tiny_model_path):
     torch.manual_seed(0)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matmuls: one thread is fastest and kind to a shared 2-core machine
-    yield AutoModelForCausalLM.from_pretrained(tiny_model_path).eval(), AutoTokenizer.from_pretrained(tiny_model_path)
+    yield (
+        AutoModelForCausalLM.from_pretrained(tiny_model_path).eval(),
+        AutoTokenizer.from_pretrained(tiny_model_path),
+    )
     torch.set_num_threads(threads)
 
 
@@ -53,8 +62,12 @@ def _execute(lm, problems, fmt: str, mode: str):
     model, tok = lm
     prompts = [tok(p.prompt, add_special_tokens=False)["input_ids"] for p in problems]
     teacher = [teacher_record(pr, p.traces[fmt], fmt, tok, mode=mode) for pr, p in zip(prompts, problems)]
-    scripts = [teacher_role_scripts(pr, p.traces[fmt], fmt, tok, mode=mode) for pr, p in zip(prompts, problems)]
-    ex = ParallelExecutor(model, tok, ExecutorConfig(format=fmt, mode=mode), replay_processor(scripts, tok.eos_token_id))
+    scripts = [
+        teacher_role_scripts(pr, p.traces[fmt], fmt, tok, mode=mode) for pr, p in zip(prompts, problems)
+    ]
+    ex = ParallelExecutor(
+        model, tok, ExecutorConfig(format=fmt, mode=mode), replay_processor(scripts, tok.eos_token_id)
+    )
     return prompts, teacher, ex.run(prompts, SamplingParams(max_new_tokens=200, temperature=0.9, seed=0))
 
 
@@ -65,11 +78,17 @@ def test_teacher_record_equals_executor_record_and_learner_matches_engine(lm, pr
     for (ids, rec), run in zip(teacher, runs):
         assert run.token_ids == ids
         got = run.record
-        assert (got.position_ids, got.segment_ids, got.segment_visible, got.sampled) == \
-               (rec.position_ids, rec.segment_ids, rec.segment_visible, rec.sampled)
+        assert (got.position_ids, got.segment_ids, got.segment_visible, got.sampled) == (
+            rec.position_ids,
+            rec.segment_ids,
+            rec.segment_visible,
+            rec.sampled,
+        )
         assert [r >= 0 for r in got.segment_request] == [r >= 0 for r in rec.segment_request]
-    trajs = [Trajectory(p.uid, pr, run.token_ids, run.logprobs, run.finish_reason, "", run.record)
-             for p, pr, run in zip(problems, prompts, runs)]
+    trajs = [
+        Trajectory(p.uid, pr, run.token_ids, run.logprobs, run.finish_reason, "", run.record)
+        for p, pr, run in zip(problems, prompts, runs)
+    ]
     batch = build_train_batch("structured", trajs, [1.0] * len(trajs), lm[1].pad_token_id)
     with torch.no_grad():
         logp = masks.structured_logprobs(lm[0], batch.input_ids, *batch.structure(), temperature=0.9)
@@ -79,8 +98,10 @@ def test_teacher_record_equals_executor_record_and_learner_matches_engine(lm, pr
 
 def test_threadweaver_rows_cover_every_sampled_token_once(lm, problems) -> None:
     prompts, _, runs = execute(lm, problems, "parason", "executed")
-    trajs = [Trajectory(p.uid, pr, r.token_ids, r.logprobs, r.finish_reason, "", r.record)
-             for p, pr, r in zip(problems, prompts, runs)]
+    trajs = [
+        Trajectory(p.uid, pr, r.token_ids, r.logprobs, r.finish_reason, "", r.record)
+        for p, pr, r in zip(problems, prompts, runs)
+    ]
     tw = threadweaver_train_batch(trajs, [0.5, -1.0], lm[1].pad_token_id)
     st = build_train_batch("structured", trajs, [0.5, -1.0], lm[1].pad_token_id)
     assert len(tw) == sum(r.requests for r in runs)  # one row per engine request
@@ -90,8 +111,9 @@ def test_threadweaver_rows_cover_every_sampled_token_once(lm, problems) -> None:
     from orchestrator.algo import token_logprobs
 
     with torch.no_grad():
-        logp = token_logprobs(lm[0](input_ids=tw.input_ids, attention_mask=tw.attention_mask).logits,
-                              tw.input_ids, 0.9)
+        logp = token_logprobs(
+            lm[0](input_ids=tw.input_ids, attention_mask=tw.attention_mask).logits, tw.input_ids, 0.9
+        )
     # Rows come per trajectory in request order: main, branches..., continuation (the join) last.
     exact = torch.tensor([k < r.requests - 1 for r in runs for k in range(r.requests)])
     err = ((logp - tw.old_logprobs) * tw.response_mask).abs().amax(-1)  # [rows]
@@ -106,7 +128,9 @@ def test_structured_sft_batch_trains_sampled_tokens_with_the_executed_layout(lm,
     plain = sft_batch(problems, "parason", tok)
     sb = structured_sft_batch(problems, "parason", tok)
     assert torch.equal(sb.input_ids, plain.input_ids) and torch.equal(sb.attention_mask, plain.attention_mask)
-    assert (sb.loss_mask <= plain.loss_mask).all() and sb.loss_mask.sum() < plain.loss_mask.sum()  # forced tags out
+    assert (
+        sb.loss_mask <= plain.loss_mask
+    ).all() and sb.loss_mask.sum() < plain.loss_mask.sum()  # forced tags out
     # Both branches of a block start at the same position (multiverse positions).
     row = sb.input_ids[0].tolist()
     opener = tok.convert_tokens_to_ids("<Thread>")
@@ -118,8 +142,10 @@ def test_structured_sft_batch_trains_sampled_tokens_with_the_executed_layout(lm,
 
 def test_teacher_trace_with_gaps_between_threads_is_refused(lm) -> None:
     tok = lm[1]
-    trace = "<Parallel><Outlines><Subtask>a</Subtask><Subtask>b</Subtask></Outlines> <Thread>1</Thread>" \
-            "<Thread>2</Thread></Parallel> #### 3"
+    trace = (
+        "<Parallel><Outlines><Subtask>a</Subtask><Subtask>b</Subtask></Outlines> <Thread>1</Thread>"
+        "<Thread>2</Thread></Parallel> #### 3"
+    )
     with pytest.raises(ValueError, match="strip the block's gaps"):
         teacher_record([5], trace, "parason", tok)
     with pytest.raises(ValueError, match="does not parse"):
@@ -138,10 +164,18 @@ def test_nested_parason_block_record_equals_executor_record(lm) -> None:
     prompt = tok("Q: nested\nA:", add_special_tokens=False)["input_ids"]
     ids, rec = teacher_record(prompt, trace, "parason", tok)
     scripts = [teacher_role_scripts(prompt, trace, "parason", tok)]
-    ex = ParallelExecutor(model, tok, ExecutorConfig(format="parason", mode="executed"),
-                          replay_processor(scripts, tok.eos_token_id))
+    ex = ParallelExecutor(
+        model,
+        tok,
+        ExecutorConfig(format="parason", mode="executed"),
+        replay_processor(scripts, tok.eos_token_id),
+    )
     run = ex.run([prompt], SamplingParams(max_new_tokens=200, seed=0))[0]
     assert run.token_ids == ids and run.requests == 7  # main, 2 branches, 2 nested, 2 continuations
     got = run.record
-    assert (got.position_ids, got.segment_ids, got.segment_visible, got.sampled) == \
-           (rec.position_ids, rec.segment_ids, rec.segment_visible, rec.sampled)
+    assert (got.position_ids, got.segment_ids, got.segment_visible, got.sampled) == (
+        rec.position_ids,
+        rec.segment_ids,
+        rec.segment_visible,
+        rec.sampled,
+    )

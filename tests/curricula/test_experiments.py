@@ -16,9 +16,9 @@ ISSUE_EXPERIMENTS = ["grpo_baseline", "parallel_r1_scaffold", "parallel_r1_seen"
                      "parallel_r1_unseen_s1", "parallel_r1_unseen_s2", "parason_pa_grpo", "parason_sft"]
 register_configs()
 
-SFT_PAPER = dict(batch_size=128, lr=1e-5, weight_decay=0.01, warmup_ratio=0.1, lr_schedule="cosine")
-GSM8K_RL = dict(batch_size=1024, rollout_n=5, lr=1e-6, warmup_ratio=0.0, lr_schedule="constant")
-DAPO_RL = dict(batch_size=512, rollout_n=8, lr=1e-6, warmup_ratio=0.0, lr_schedule="constant")
+SFT_PAPER = {"batch_size": 128, "lr": 1e-5, "weight_decay": 0.01, "warmup_ratio": 0.1, "lr_schedule": "cosine"}
+GSM8K_RL = {"batch_size": 1024, "rollout_n": 5, "lr": 1e-6, "warmup_ratio": 0.0, "lr_schedule": "constant"}
+DAPO_RL = {"batch_size": 512, "rollout_n": 8, "lr": 1e-6, "warmup_ratio": 0.0, "lr_schedule": "constant"}
 S2 = [{"steps": None, "cycle": [{"reward": "accuracy", "params": {}, "steps": 8},
                                 {"reward": "tiered", "params": {}, "steps": 2}]}]
 SCAFFOLD = [{**S2[0], "steps": 200}, {"steps": None, "cycle": [{"reward": "accuracy", "params": {}, "steps": 1}]}]

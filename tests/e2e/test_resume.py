@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-ARGS = ["+experiment=smoke", "trainer.sft_steps=6", "trainer.rl_steps=8", "trainer.save_every=2",
+ARGS = ["+experiment=smoke", "trainer.sft_steps=4", "trainer.rl_steps=6", "trainer.save_every=2",
         "trainer.eval_after_stage=false", "logging.progress_bar=false", "data.n_train=128"]
 KEYS = ("sft/loss", "reward/mean", "actor/pg_loss", "actor/grad_norm", "response/length")
 
@@ -43,22 +43,22 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
     proc = subprocess.Popen(_cmd(killed), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.time() + 600
-    while _latest_step(killed) < 8 and time.time() < deadline and proc.poll() is None:
+    while _latest_step(killed) < 6 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.1)
     assert proc.poll() is None, "the run finished before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     kill_step = _latest_step(killed)
-    assert 8 <= kill_step < 14
+    assert 6 <= kill_step < 10
 
     out = subprocess.run(_cmd(killed, "resume=auto"), cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"at step {kill_step}" in out.stdout
 
     a, b = _metrics(full), _metrics(killed)
-    assert sorted(a) == sorted(b) == list(range(14))
-    for step in range(kill_step, 14):
+    assert sorted(a) == sorted(b) == list(range(10))
+    for step in range(kill_step, 10):
         for key in KEYS:
             if key in a[step]:
                 assert b[step][key] == pytest.approx(a[step][key], rel=1e-5, abs=1e-6), (step, key)
-    assert json.loads((killed / "summary.json").read_text())["steps"] == 14
+    assert json.loads((killed / "summary.json").read_text())["steps"] == 10

@@ -65,16 +65,41 @@ def test_cli_rebuilds_the_table_and_rejects_a_missing_dir(sweep, tmp_path, capsy
     assert main([str(tmp_path / "nope")]) == 2
 
 
+def test_callback_writes_the_table_when_the_multirun_ends(sweep, capsys):
+    from omegaconf import OmegaConf
+
+    from orchestrator.sweep import SweepSummary
+
+    SweepSummary().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+    assert (sweep / SUMMARY_MD).exists() and "5 jobs" in capsys.readouterr().out
+
+
+def test_sweep_experiment_wires_the_callback_and_a_wandb_group():
+    from hydra import compose, initialize_config_dir
+
+    from orchestrator.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["+experiment=parason_pa_grpo"], return_hydra_config=True)
+    assert cfg.hydra.callbacks.sweep_summary._target_ == "orchestrator.sweep.SweepSummary"
+    assert cfg.logging.group == "parason_pa_grpo"
+
+
 @pytest.mark.slow
 def test_two_by_two_sweep_finishes_on_cpu(tmp_path):
-    """The issue's sweep command at the tiniest size: 4 jobs, one process and Ray cluster, one table."""
+    """The issue's sweep command at the tiniest size: 4 jobs, one process and Ray cluster, one table.
+
+    Needs the trainer to build the curriculum from `curriculum.stages` and to release each job's
+    placement group when the job ends (else job 4 cannot be placed). ~2 min a job on a shared 2-core box.
+    """
     tiny = ["data.n_train=64", "data.n_test=4", "trainer.sft_batch_size=8", "trainer.prompts_per_step=2",
             "rollout.n=2", "rollout.max_new_tokens=16", "curriculum.stages.sft.steps=2",
             "curriculum.stages.rl.steps=1", "logging.progress_bar=false", "logging.wandb_mode=disabled",
             "cluster.include_dashboard=false"]
     cmd = [sys.executable, "-m", "orchestrator", "-m", "+experiment=parason_pa_grpo",
            "reward.beta_sub=0.05,0.1", "reward.beta_trial=0.05,0.1", *tiny, f"hydra.sweep.dir={tmp_path}"]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     table = json.loads((tmp_path / SUMMARY_JSON).read_text())
     assert table["axes"] == ["reward.beta_sub", "reward.beta_trial"]

@@ -14,6 +14,8 @@ backend's own mask is materialised:
 
 * :func:`sdpa_mask`: a dense 4-D mask [B, 1, L, L] for SDPA / eager attention (the CPU path),
   gathered from the segment matrix with tensor ops, no per-token Python loop;
+  scored through :func:`block_sparse_sdpa` (query chunks against only their visible key columns),
+  which keeps CPU step time near the causal kernel's (bench/bench_masks.py);
 * :func:`flex_block_mask`: a FlexAttention ``BlockMask`` (GPU), whose ``mask_mod`` reads the
   segment tensors directly; it stores O((L/128)²) block indices, never an L×L tensor.
 
@@ -52,7 +54,7 @@ __all__ = [
 #: Name under which :func:`block_sparse_sdpa` is registered with transformers' attention interface.
 BLOCK_SDPA = "parallax_block_sdpa"
 QUERY_CHUNK = 256  # queries per SDPA call in block_sparse_sdpa
-GATHER_BELOW = 0.5  # gather visible key columns when fewer than this share of the causal prefix is visible
+GATHER_BELOW = 0.8  # gather visible key columns when fewer than this share of the causal prefix is visible
 
 
 def check_record(rec: ExecutionRecord) -> None:

@@ -12,13 +12,21 @@ from orchestrator.config import RolloutConfig
 class RolloutWorker:
     """Plain class (Ray wraps it in actors/group.py); one engine per worker."""
 
-    def __init__(self, cfg: RolloutConfig, model_path: str, dtype: str = "float32"):
+    def __init__(self, cfg: RolloutConfig, model_path: str, dtype: str = "float32", fmt: str = "parallel_r1"):
+        import dataclasses
+
         import torch
 
         torch.set_num_threads(cfg.torch_threads)
         self.cfg = cfg
         self.engine = make_engine(cfg.engine, model_path=model_path, dtype=dtype, max_batch_size=cfg.max_batch_size)
         self.tokenizer = self.engine.tokenizer
+        self.executor = None
+        if cfg.executor.mode != "off":
+            from actors.executor import ExecutorConfig
+
+            fields = {k: v for k, v in dataclasses.asdict(cfg.executor).items()}
+            self.executor = ExecutorConfig(format=fmt, **fields)
 
     def generate(self, prompts: list[Prompt], n: int, seed: int, greedy: bool = False,
                  max_new_tokens: int | None = None) -> list[Trajectory]:
@@ -31,8 +39,10 @@ class RolloutWorker:
             seed=seed,
         )
         flat = [p for p in prompts for _ in range(n)]
-        completions = self.engine.generate([p.token_ids for p in flat], params)
-        texts = self.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=False)
+        ids = [p.token_ids for p in flat]
+        # An executor run returns completions with an ExecutionRecord; plain generate returns none.
+        outs = self.engine.execute(ids, params, self.executor) if self.executor else self.engine.generate(ids, params)
+        texts = self.tokenizer.batch_decode([c.token_ids for c in outs], skip_special_tokens=False)
         eos = self.tokenizer.eos_token
         return [
             Trajectory(
@@ -42,8 +52,9 @@ class RolloutWorker:
                 logprobs=c.logprobs,
                 finish_reason=c.finish_reason,
                 text=t.removesuffix(eos) if c.finish_reason == "stop" else t,
+                record=getattr(c, "record", None),
             )
-            for p, c, t in zip(flat, completions, texts)
+            for p, c, t in zip(flat, outs, texts)
         ]
 
     def load_weights(self, state_dict: dict[str, Any]) -> None:

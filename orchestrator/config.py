@@ -56,6 +56,27 @@ class DataConfig:
 
 
 @dataclass
+class ExecutorSettings:
+    # off: plain engine.generate (fastest; the format is just text) | sequential: the parallel
+    # format tracked in one request (caps, forced closing tags) | executed: real fork/join, every
+    # branch its own request sharing the prefix KV (HF engine), with an execution record.
+    mode: str = "off"
+    # Parallel-R1 executed mode: paths launched per <Parallel> (the format does not announce them).
+    num_paths: int = 2
+    max_branches: int = 8
+    max_depth: int = 2
+    max_branch_tokens: int = 256
+    # xgrammar-constrained decoding of the format.
+    grammar: bool = False
+
+    def __post_init__(self) -> None:
+        _check(self.mode in ("off", "sequential", "executed"), "rollout.executor.mode",
+               f"unknown mode {self.mode!r}; valid: off, sequential, executed")
+        _check(1 <= self.num_paths <= self.max_branches, "rollout.executor.num_paths",
+               "need 1 <= num_paths <= max_branches")
+
+
+@dataclass
 class RolloutConfig:
     # Engine backend by registry name: hf (transformers, CPU) | vllm (GPU).
     engine: str = "hf"
@@ -70,6 +91,7 @@ class RolloutConfig:
     num_cpus: float = 0.5
     num_gpus: float = 0.0
     torch_threads: int = 2
+    executor: ExecutorSettings = field(default_factory=ExecutorSettings)
 
     def __post_init__(self) -> None:
         _check(self.num_actors >= 1, "rollout.num_actors", "must be >= 1")
@@ -144,6 +166,11 @@ class LearnerConfig:
     # Divide the GRPO advantage by the group std (Dr.GRPO sets false).
     norm_adv_by_std: bool = True
     ppo_epochs: int = 1
+    # How the learner lays out a trajectory: causal (one row, causal attention: the Seen variant) |
+    # structured (one row; each branch sees the prefix and itself, the join sees all branches,
+    # positions as the engine used them: the Unseen variant) | threadweaver (one causal row per
+    # engine request, the advantage broadcast; exact for branches, approximate for joins).
+    layout: str = "causal"
     gradient_checkpointing: bool = False
     num_cpus: float = 0.5
     num_gpus: float = 0.0
@@ -164,6 +191,8 @@ class LearnerConfig:
         _check(self.loss_agg_mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"),
                "learner.loss_agg_mode", f"unknown mode {self.loss_agg_mode!r}")
         _check(self.kl_coef >= 0, "learner.kl_coef", "must be >= 0")
+        _check(self.layout in ("causal", "structured", "threadweaver"), "learner.layout",
+               f"unknown layout {self.layout!r}; valid: causal, structured, threadweaver")
         _check(0 <= self.sft_warmup_ratio < 1, "learner.sft_warmup_ratio", "must be in [0, 1)")
 
 
@@ -342,6 +371,9 @@ class ParallaxConfig:
     resume: str = "never"
 
     def __post_init__(self) -> None:
+        _check(not (self.rollout.executor.mode == "executed" and self.learner.layout == "causal"),
+               "learner.layout", "executed branches must be scored with layout structured or threadweaver "
+               "(causal would score tokens in a context the engine never used)")
         per_step = self.trainer.prompts_per_step * self.rollout.n
         _check(per_step % self.learner.num_actors == 0, "trainer.prompts_per_step",
                f"prompts_per_step x rollout.n = {per_step} must divide by learner.num_actors")

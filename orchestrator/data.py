@@ -73,7 +73,9 @@ def train_batch(trajs: list[Trajectory], advantages: list[float], pad_id: int) -
     `token_logprobs` use the same alignment (column = the token being scored).
     """
     rows = [t.prompt_ids + t.response_ids for t in trajs]
-    resp = [[0.0] * len(t.prompt_ids) + [1.0] * len(t.response_ids) for t in trajs]
+    # Only sampled tokens are trained on: tags an executor forced carry no sampling logprob.
+    resp = [[0.0] * len(t.prompt_ids) + ([1.0] * len(t.response_ids) if t.record is None else
+                                         [float(x) for x in t.record.sampled[len(t.prompt_ids):]]) for t in trajs]
     old = [[0.0] * len(t.prompt_ids) + list(t.logprobs) for t in trajs]
     adv = [[0.0] * len(t.prompt_ids) + [a] * len(t.response_ids) for t, a in zip(trajs, advantages)]
     return TrainBatch(

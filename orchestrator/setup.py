@@ -93,7 +93,8 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
         prefix)
     rollout = RolloutGroup(
         "rollout", RolloutWorker, r.num_actors, pg, off["rollout"], r.num_cpus, r.num_gpus,
-        lambda i: dict(cfg=r, model_path=model_path, dtype=cfg.model.dtype), prefix)
+        lambda i: dict(cfg=r, model_path=model_path, dtype=cfg.model.dtype,
+                       fmt="parason" if cfg.data.trace == "parason" else "parallel_r1"), prefix)
     reward = RewardActorGroup(
         "reward", RewardWorker, w.num_actors, pg, off["reward"], w.num_cpus, 0.0,
         lambda i: dict(reward=w.name, params=dict(w.params), workers=1, timeout_s=w.timeout_s), prefix)

@@ -21,7 +21,8 @@ from orchestrator import algo
 from orchestrator.batch import Prompt, Trajectory
 from orchestrator.checkpoint import find_resume_checkpoint, resolve_auto_run_dir, save_checkpoint, truncate_metrics
 from orchestrator.config import ParallaxConfig
-from orchestrator.data import StageStreams, load_problems, sft_batch, to_prompts, tokenizer_corpus, train_batch
+from orchestrator.data import StageStreams, load_problems, sft_batch, to_prompts, tokenizer_corpus
+from orchestrator.structured import build_train_batch, structured_sft_batch
 from orchestrator.logger import Logger, Timer
 from orchestrator.setup import Groups, build_groups, start_cluster
 
@@ -117,7 +118,7 @@ class Trainer:
             with t("advantages"):
                 rewards = [r for group in scored.rewards for r in group]
                 adv = algo.grpo_advantages(rewards, [x.uid for x in trajs], self.cfg.learner.norm_adv_by_std)
-                batch = train_batch(trajs, adv, self.tokenizer.pad_token_id)
+                batch = build_train_batch(self.cfg.learner.layout, trajs, adv, self.tokenizer.pad_token_id)
             with t("update"):
                 lr, wd = self._lr(stage)
                 stats = _mean_dicts(ray.get(g.learner.async_grpo_step(batch, lr, wd, self.cfg.rollout.temperature)))
@@ -132,7 +133,11 @@ class Trainer:
     def sft_step(self, stage: Stage) -> dict[str, Any]:
         t, g = Timer(), self.groups
         with t("step"):
-            batch = sft_batch(self.data.next(stage, self._batch_size(stage)), self.cfg.data.trace, self.tokenizer)
+            problems = self.data.next(stage, self._batch_size(stage))
+            if self.cfg.learner.layout == "structured":  # train the layout the executor will run
+                batch = structured_sft_batch(problems, self.cfg.data.trace, self.tokenizer, mode="executed")
+            else:
+                batch = sft_batch(problems, self.cfg.data.trace, self.tokenizer)
             lr, wd = self._lr(stage)
             with t("update"):
                 stats = _mean_dicts(ray.get(g.learner.async_sft_step(batch, lr, wd)))
@@ -220,6 +225,9 @@ class Trainer:
         summary = {"run_dir": str(self.run_dir), "model_path": self.model_path, "stages": self.stage_table,
                    "steps": self.curriculum.global_step}
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        from orchestrator.plots import plot_run
+
+        summary["plot"] = str(plot_run(self.run_dir))
         self.logger.write(format_table(self.stage_table))
         self.logger.close({f"final/{k}": v for k, v in (self.stage_table[-1] if self.stage_table else {}).items()})
         self.groups.shutdown()

@@ -99,7 +99,7 @@ def test_scaffold_switch_moves_from_the_command_line():
     (["+experiment=parallel_r1_unseen_s2", "curriculum.stages.dapo.reward=accuracy"], "either reward or schedule"),
     (["reward.beta_sub=0.1"], "beta_sub"),  # the default reward (accuracy) has no beta_sub
     (["reward.name=pa_grpo", "reward.beta_sub=0.1", "+reward.params.beta_sub=0.2"], "reward.beta_sub"),
-    (["curriculum.name=nope"], "curriculum.name"),
+    (["curriculum=sft_then_rl", "curriculum.name=nope"], "curriculum.name"),
 ])
 def test_bad_curriculum_or_reward_config_names_the_problem(overrides, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):

@@ -206,6 +206,9 @@ class TrainerConfig:
     prompts_per_step: int = 16
     # Evaluate held-out accuracy after each stage on data.n_test problems (greedy).
     eval_after_stage: bool = True
+    # Critical-path budgets (tokens in the format's default units) for accuracy-under-budget
+    # (Parason's budget curve; paper scale: 2048, 8192, 16384, 24576).
+    eval_budgets: list[int] = field(default_factory=lambda: [8, 12, 16, 32])
     # Save a checkpoint every N RL steps (0: only at the end).
     save_every: int = 0
     seed: int = 0

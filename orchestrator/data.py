@@ -33,7 +33,8 @@ def tokenizer_corpus(cfg: DataConfig) -> list[str]:
 
 def to_prompts(problems: list, tokenizer) -> list[Prompt]:
     ids = tokenizer([p.prompt for p in problems], add_special_tokens=False)["input_ids"]
-    return [Prompt(uid=p.uid, text=p.prompt, token_ids=i, ground_truth=p.answer, meta={"family": p.family})
+    return [Prompt(uid=p.uid, text=p.prompt, token_ids=i, ground_truth=p.answer,
+                   meta={"family": p.family, "difficulty": p.difficulty})
             for p, i in zip(problems, ids)]
 
 

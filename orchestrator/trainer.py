@@ -43,7 +43,9 @@ def trajectory_stats(trajs: list[Trajectory], fmt: str, prefix: str) -> dict[str
     stats = [text_stats(t.text, fmt) for t in trajs]
     valid = [s for s in stats if s["valid"] and s["has_parallel"]]
     out = {f"{prefix}/ratio": mean(bool(s["has_parallel"]) for s in stats),
-           f"{prefix}/valid": mean(bool(s["valid"]) for s in stats)}
+           f"{prefix}/valid": mean(bool(s["valid"]) for s in stats),
+           # Well-formed AND holding at least one parallel block: the format SFT must teach.
+           f"{prefix}/valid_parallel": len(valid) / len(stats)}
     if valid:
         out[f"{prefix}/first_pos"] = mean(s["first_parallel_pos"] for s in valid)
         out[f"{prefix}/speedup"] = mean(s["speedup"] for s in valid)
@@ -95,7 +97,8 @@ class Trainer:
     # ---- the loop ------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
         if self.cfg.trainer.eval_after_stage and self.curriculum.global_step == 0:
-            self.stage_table.append({"stage": "init", **self.evaluate()})
+            self.stage_table.append({"stage": "init", **{k: v for k, v in self.evaluate().items()
+                                                         if not k.startswith("eval/heldout/")}})
         while not self.curriculum.done:
             stage, step = self.curriculum.stage, self.curriculum.global_step
             metrics = self.sft_step(stage) if stage.kind == "sft" else self.rl_step(stage, step)
@@ -177,19 +180,32 @@ class Trainer:
         return [x for chunk in chunks for x in chunk], merged
 
     def evaluate(self) -> dict[str, float]:
-        """Greedy decoding on the held-out problems: accuracy and parallel structure."""
+        """Greedy decoding on the held-out problems: accuracy, parallel structure, accuracy under
+        critical-path budgets and per-difficulty strata (the `evaluation` package's metrics)."""
+        from evaluation import evaluate_outputs, flatten_metrics
+
         prompts = to_prompts(self.test, self.tokenizer)
         trajs, scored = self._generate_and_score(prompts, 1, 0, Stage("eval", "rl", 1, reward="accuracy"), 0,
                                                  Timer(), greedy=True)
-        acc = mean(c for group in scored.correct for c in group)
-        return {"eval/acc": acc, **trajectory_stats(trajs, self.fmt, "eval/parallel")}
+        correct = [c for group in scored.correct for c in group]
+        samples = [{"uid": x.uid, "benchmark": "heldout", "text": x.text, "answer": p.ground_truth,
+                    "difficulty": p.meta.get("difficulty"), "correct": c}
+                   for x, p, c in zip(trajs, prompts, correct)]
+        detail = flatten_metrics(evaluate_outputs(samples, self.fmt, 1, budgets=self.cfg.trainer.eval_budgets))
+        table = {"eval/acc": mean(correct), **trajectory_stats(trajs, self.fmt, "eval/parallel")}
+        table |= {f"eval/acc@{b}": detail[f"eval/heldout/acc@{b}"] for b in self.cfg.trainer.eval_budgets
+                  if f"eval/heldout/acc@{b}" in detail}
+        return table | {k: v for k, v in detail.items() if k not in table}
 
     def _end_stage(self, stage: Stage) -> None:
         ray.get(self.groups.learner.async_call("reset_optimizer"))
+        if stage.kind == "sft":  # SFT steps do not sync each step; the engines need the SFT weights now
+            self.groups.sync.push(self.groups.learner, self.groups.rollout)
         if self.cfg.trainer.eval_after_stage:
-            row = {"stage": stage.name, **self.evaluate()}
-            self.stage_table.append(row)
-            self.logger.log({k: v for k, v in row.items() if k != "stage"}, self.curriculum.global_step)
+            metrics = self.evaluate()
+            self.logger.log(metrics, self.curriculum.global_step)
+            self.stage_table.append({"stage": stage.name, **{k: v for k, v in metrics.items()
+                                                             if not k.startswith("eval/heldout/")}})
         self.save()
 
     def save(self) -> Path:

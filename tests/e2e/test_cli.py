@@ -41,6 +41,9 @@ def test_metrics_are_logged_and_finite(run):
     assert all(math.isfinite(r["actor/pg_loss"]) for r in rl)
     for key in ("timing/generate", "timing/reward", "timing/update", "timing/sync", "parallel/ratio"):
         assert key in rl[0], key
+    # The engine sampled with the learner's weights (synced after SFT): before the update the
+    # learner's logprobs equal the engine's, so the first RL step's ratio is 1 (ppo_kl ~ 0).
+    assert abs(rl[0]["actor/ppo_kl"]) < 1e-4, rl[0]["actor/ppo_kl"]
 
 
 def test_sft_then_rl_updates_change_parameters(run):

@@ -209,7 +209,9 @@ class TrainerConfig:
     # Critical-path budgets (tokens in the format's default units) for accuracy-under-budget
     # (Parason's budget curve; paper scale: 2048, 8192, 16384, 24576).
     eval_budgets: list[int] = field(default_factory=lambda: [8, 12, 16, 32])
-    # Save a checkpoint every N RL steps (0: only at the end).
+    # Also evaluate on the held-out set every N steps (0: only after each stage).
+    eval_every: int = 0
+    # Save a checkpoint every N steps (0: only at the end of each stage).
     save_every: int = 0
     seed: int = 0
 
@@ -219,6 +221,7 @@ class TrainerConfig:
         _check(self.sft_batch_size >= 1, "trainer.sft_batch_size", "must be >= 1 (a batch size)")
         _check(self.prompts_per_step >= 1, "trainer.prompts_per_step", "must be >= 1 (a batch size)")
         _check(self.save_every >= 0, "trainer.save_every", "must be >= 0")
+        _check(self.eval_every >= 0, "trainer.eval_every", "must be >= 0")
 
 
 @dataclass

@@ -108,8 +108,11 @@ class Trainer:
             self.curriculum.update(metrics)
             if self.curriculum.done or self.curriculum.stage.name != stage.name:
                 self._end_stage(stage)
-            elif self.cfg.trainer.save_every and (step + 1) % self.cfg.trainer.save_every == 0:
-                self.save()
+            else:
+                if self.cfg.trainer.eval_every and (step + 1) % self.cfg.trainer.eval_every == 0:
+                    self.logger.log(self.evaluate(), step + 1)
+                if self.cfg.trainer.save_every and (step + 1) % self.cfg.trainer.save_every == 0:
+                    self.save()
         return self.finish()
 
     def rl_step(self, stage: Stage, step: int) -> dict[str, Any]:

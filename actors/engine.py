@@ -37,7 +37,7 @@ def register_engine(name: str):
 def make_engine(name: str, **kwargs) -> Engine:
     """Build the engine registered as `name` (imports its backend lazily)."""
     if name == "vllm" and name not in _ENGINES:
-        import actors.vllm_engine  # noqa: F401  (registers itself; needs the gpu extra)
+        import actors.vllm_engine
     if name == "hf" and name not in _ENGINES:
         import actors.hf_engine  # noqa: F401
     if name not in _ENGINES:

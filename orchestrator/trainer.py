@@ -19,12 +19,17 @@ import ray
 from curricula import Curriculum, Stage
 from orchestrator import algo
 from orchestrator.batch import Prompt, Trajectory
-from orchestrator.checkpoint import find_resume_checkpoint, resolve_auto_run_dir, save_checkpoint, truncate_metrics
+from orchestrator.checkpoint import (
+    find_resume_checkpoint,
+    resolve_auto_run_dir,
+    save_checkpoint,
+    truncate_metrics,
+)
 from orchestrator.config import ParallaxConfig
 from orchestrator.data import StageStreams, load_problems, sft_batch, to_prompts, tokenizer_corpus
-from orchestrator.structured import build_train_batch, structured_sft_batch
 from orchestrator.logger import Logger, Timer
 from orchestrator.setup import Groups, build_groups, start_cluster
+from orchestrator.structured import build_train_batch, structured_sft_batch
 
 
 def prepare_model(cfg: ParallaxConfig, run_dir: Path) -> str:
@@ -110,6 +115,8 @@ class Trainer:
                 self._end_stage(stage)
             else:
                 if self.cfg.trainer.eval_every and (step + 1) % self.cfg.trainer.eval_every == 0:
+                    if stage.kind == "sft":  # SFT does not sync every step: give the engines the weights
+                        self.groups.sync.push(self.groups.learner, self.groups.rollout)
                     self.logger.log(self.evaluate(), step + 1)
                 if self.cfg.trainer.save_every and (step + 1) % self.cfg.trainer.save_every == 0:
                     self.save()
@@ -258,7 +265,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "(no evaluation)"
     cols = ["stage"] + sorted({k for r in rows for k in r} - {"stage"})
-    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
+    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)
     lines = [" | ".join(cols), " | ".join("---" for _ in cols)]
     lines += [" | ".join(fmt(r.get(c, "")) for c in cols) for r in rows]
     return "\n".join(lines)

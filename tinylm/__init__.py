@@ -13,4 +13,4 @@ same way as a real checkpoint.
 from tinylm.model import TinyModelConfig, build_tiny_model
 from tinylm.tokenizer import EOS_TOKEN, PAD_TOKEN, build_tokenizer
 
-__all__ = ["TinyModelConfig", "build_tiny_model", "build_tokenizer", "EOS_TOKEN", "PAD_TOKEN"]
+__all__ = ["EOS_TOKEN", "PAD_TOKEN", "TinyModelConfig", "build_tiny_model", "build_tokenizer"]

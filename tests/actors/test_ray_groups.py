@@ -21,9 +21,9 @@ def _cfg(**learner) -> ParallaxConfig:
 
 
 def _sft_batch(model_path: str):
-    import toyworld
     from transformers import AutoTokenizer
 
+    import toyworld
     from orchestrator.data import sft_batch
 
     tok = AutoTokenizer.from_pretrained(model_path)

@@ -103,7 +103,7 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         if self.cfg.trainer.eval_after_stage and self.curriculum.global_step == 0:
             self.stage_table.append({"stage": "init", **{k: v for k, v in self.evaluate().items()
-                                                         if not k.startswith("eval/heldout/")}})
+                                                         if _in_table(k)}})
         while not self.curriculum.done:
             stage, step = self.curriculum.stage, self.curriculum.global_step
             metrics = self.sft_step(stage) if stage.kind == "sft" else self.rl_step(stage, step)
@@ -215,7 +215,7 @@ class Trainer:
             metrics = self.evaluate()
             self.logger.log(metrics, self.curriculum.global_step)
             self.stage_table.append({"stage": stage.name, **{k: v for k, v in metrics.items()
-                                                             if not k.startswith("eval/heldout/")}})
+                                                             if _in_table(k)}})
         self.save()
 
     def save(self) -> Path:
@@ -269,6 +269,11 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     lines = [" | ".join(cols), " | ".join("---" for _ in cols)]
     lines += [" | ".join(fmt(r.get(c, "")) for c in cols) for r in rows]
     return "\n".join(lines)
+
+
+def _in_table(key: str) -> bool:
+    """The per-stage table keeps the headline columns; the full breakdown goes to W&B and metrics.jsonl."""
+    return not key.startswith(("eval/heldout/", "eval/overall/"))
 
 
 def _mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from formats import PATH, SUBTASK, TRIAL, Block, Branch, Trajectory, get_spec, parse, render
+from formats import PATH, SUBTASK, TRIAL, Block, Branch, Trajectory, canonical_nodes, get_spec, parse, render
 
 __all__ = ["ANNOTATOR_PROMPT", "add_cli", "annotate_trace", "convert", "parse_label", "stages", "taxonomy"]
 
@@ -76,7 +76,7 @@ def _r1_to_parason(tree: Trajectory, labels: Sequence[Sequence[tuple[str, str | 
             if text:
                 nodes.append(text)
             carry = None
-    return Trajectory(tuple(_merge_text(nodes)))
+    return Trajectory(canonical_nodes(nodes))
 
 
 def _parason_to_r1(tree: Trajectory) -> Trajectory:
@@ -96,21 +96,7 @@ def _parason_to_r1(tree: Trajectory) -> Trajectory:
         else:
             nodes.append(node)
             i += 1
-    return Trajectory(tuple(_merge_text(nodes)))
-
-
-def _merge_text(nodes: list) -> list:
-    """Canonical node sequence: no empty strings, no two adjacent strings."""
-    out: list = []
-    for n in nodes:
-        if isinstance(n, str):
-            if not n:
-                continue
-            if out and isinstance(out[-1], str):
-                out[-1] += n
-                continue
-        out.append(n)
-    return out
+    return Trajectory(canonical_nodes(nodes))
 
 
 def convert(text: str, src: str, dst: str, labels: Sequence[Sequence[tuple[str, str | None]]] | None = None,

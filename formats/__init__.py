@@ -47,7 +47,7 @@ from formats.grammar import GrammarChecker, compile_grammar, ebnf
 from formats.metrics import METRIC_FIELDS, Metrics, compute_metrics, text_stats
 from formats.parser import STATUSES, ParseError, ParseResult, final_segment, parse, render
 from formats.spec import ALL_SPECIAL_TOKENS, FORMAT_NAMES, PARALLEL_R1, PARASON, FormatSpec, get_spec
-from formats.tree import BRANCH_KINDS, PATH, SUBTASK, TRIAL, Block, Branch, Trajectory
+from formats.tree import BRANCH_KINDS, PATH, SUBTASK, TRIAL, Block, Branch, Trajectory, canonical_nodes
 
 __all__ = [
     "ALL_SPECIAL_TOKENS",
@@ -68,6 +68,7 @@ __all__ = [
     "ParseError",
     "ParseResult",
     "Trajectory",
+    "canonical_nodes",
     "compile_grammar",
     "compute_metrics",
     "ebnf",

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["BRANCH_KINDS", "PATH", "SUBTASK", "TRIAL", "Block", "Branch", "Node", "Trajectory", "gap_count"]
+__all__ = [
+    "BRANCH_KINDS", "PATH", "SUBTASK", "TRIAL", "Block", "Branch", "Node", "Trajectory", "canonical_nodes", "gap_count",
+]
 
 #: Parallel-R1 branch kind (a ``<Path>``).
 PATH = "path"
@@ -83,3 +85,21 @@ def gap_count(block: Block, parason: bool) -> int:
     """Number of gap slots a block with ``len(block.branches)`` branches has in the given format."""
     n = len(block.branches)
     return 2 * n + 3 if parason else n + 2
+
+
+def canonical_nodes(nodes) -> tuple:
+    """A node sequence in canonical form: empty strings dropped, adjacent strings merged.
+
+    >>> canonical_nodes(["a", "", "b", Block((), "s")])
+    ('ab', Block(branches=(), summary='s', gaps=()))
+    """
+    out: list = []
+    for n in nodes:
+        if isinstance(n, str):
+            if not n:
+                continue
+            if out and isinstance(out[-1], str):
+                out[-1] += n
+                continue
+        out.append(n)
+    return tuple(out)

@@ -7,7 +7,7 @@ import re
 
 from hypothesis import strategies as st
 
-from formats import PATH, SUBTASK, TRIAL, Block, Branch, FormatSpec, Trajectory
+from formats import PATH, SUBTASK, TRIAL, Block, Branch, FormatSpec, Trajectory, canonical_nodes
 
 # Fragments chosen to stress the content alphabet rule: '<', '>', partial tags, tag names
 # without brackets, tags of the *other* format, multi-byte characters, whitespace of all kinds.
@@ -45,19 +45,6 @@ def _gaps(draw, k: int) -> tuple[str, ...]:
     return g if any(g) else ()
 
 
-def _canon(nodes: list) -> tuple:
-    out: list = []
-    for n in nodes:
-        if isinstance(n, str):
-            if not n:
-                continue
-            if out and isinstance(out[-1], str):
-                out[-1] += n
-                continue
-        out.append(n)
-    return tuple(out)
-
-
 @st.composite
 def parason_block(draw, spec: FormatSpec, depth: int = 1):
     # full branch range at the top level; nested blocks stay small so trees do not explode
@@ -84,14 +71,14 @@ def parason_seq(draw, spec: FormatSpec, depth: int):
         for _ in range(k):
             nodes.append(draw(parason_block(spec, depth + 1)))
             nodes.append(draw(text))
-    return _canon(nodes)
+    return canonical_nodes(nodes)
 
 
 @st.composite
 def r1_block(draw, spec: FormatSpec):
     n = draw(st.integers(spec.min_branches, spec.max_branches))
     text = free_text(spec)
-    branches = tuple(Branch(PATH, _canon([draw(text)])) for _ in range(n))
+    branches = tuple(Branch(PATH, canonical_nodes([draw(text)])) for _ in range(n))
     return Block(branches, draw(text), _gaps(draw, n + 2))
 
 
@@ -102,7 +89,7 @@ def r1_seq(draw, spec: FormatSpec):
     for _ in range(draw(st.integers(0, 3))):
         nodes.append(draw(r1_block(spec)))
         nodes.append(draw(text))
-    return _canon(nodes)
+    return canonical_nodes(nodes)
 
 
 def trees(spec: FormatSpec):

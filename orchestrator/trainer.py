@@ -58,6 +58,10 @@ def trajectory_stats(trajs: list[Trajectory], fmt: str, prefix: str) -> dict[str
     return out
 
 
+# One sampling stream for every held-out evaluation (common random numbers across stages).
+EVAL_SEED = 1_000_003
+
+
 class Trainer:
     def __init__(self, cfg: ParallaxConfig):
         self.cfg = cfg
@@ -162,10 +166,9 @@ class Trainer:
         """Generate on every rollout actor; score each actor's groups as soon as its chunk returns,
         so scoring overlaps the generation still running elsewhere. Returns (trajectories, RewardBatch)."""
         from actors.reward_worker import RewardBatch
-        from rewards import RewardSpec
 
         truth = {p.uid: p.ground_truth for p in prompts}
-        spec = RewardSpec(stage.reward, dict(stage.reward_params)) if stage.reward else None
+        spec = reward_spec(stage, self.cfg.reward, self.fmt)
         with t("generate"):
             gen_refs = self.groups.rollout.async_generate(prompts, n, seed, greedy)
             where = {ref: i for i, ref in enumerate(gen_refs)}
@@ -190,20 +193,36 @@ class Trainer:
         return [x for chunk in chunks for x in chunk], merged
 
     def evaluate(self) -> dict[str, float]:
-        """Greedy decoding on the held-out problems: accuracy, parallel structure, accuracy under
-        critical-path budgets and per-difficulty strata (the `evaluation` package's metrics)."""
+        """Held-out evaluation with the `evaluation` package's metrics. The papers' protocol:
+        eval/acc is mean@k over trainer.eval_samples samples per problem at the rollout temperature
+        (Parallel-R1: Mean@16 at T=1.0), eval/pass@k alongside; eval/acc_greedy decodes greedily.
+        Also the samples' parallel structure, accuracy under critical-path budgets and strata.
+        Every evaluation draws the same seeded sampling stream, so stages differ by weights only."""
         from evaluation import evaluate_outputs, flatten_metrics
 
+        tcfg = self.cfg.trainer
         prompts = to_prompts(self.test, self.tokenizer)
-        trajs, scored = self._generate_and_score(prompts, 1, 0, Stage("eval", "rl", 1, reward="accuracy"), 0,
-                                                 Timer(), greedy=True)
+        by_uid = {p.uid: p for p in prompts}
+        stage = Stage("eval", "rl", 1, reward="accuracy")
+        table: dict[str, float] = {}
+        if tcfg.eval_greedy:
+            trajs, scored = self._generate_and_score(prompts, 1, EVAL_SEED, stage, 0, Timer(), greedy=True)
+            table["eval/acc_greedy"] = mean(c for group in scored.correct for c in group)
+        k = tcfg.eval_samples
+        if k:
+            trajs, scored = self._generate_and_score(prompts, k, EVAL_SEED, stage, 0, Timer())
         correct = [c for group in scored.correct for c in group]
-        samples = [{"uid": x.uid, "benchmark": "heldout", "text": x.text, "answer": p.ground_truth,
-                    "difficulty": p.meta.get("difficulty"), "correct": c}
-                   for x, p, c in zip(trajs, prompts, correct)]
-        detail = flatten_metrics(evaluate_outputs(samples, self.fmt, 1, budgets=self.cfg.trainer.eval_budgets))
-        table = {"eval/acc": mean(correct), **trajectory_stats(trajs, self.fmt, "eval/parallel")}
-        table |= {f"eval/acc@{b}": detail[f"eval/heldout/acc@{b}"] for b in self.cfg.trainer.eval_budgets
+        samples = [{"uid": x.uid, "benchmark": "heldout", "text": x.text, "answer": by_uid[x.uid].ground_truth,
+                    "difficulty": by_uid[x.uid].meta.get("difficulty"), "correct": c}
+                   for x, c in zip(trajs, correct)]
+        detail = flatten_metrics(evaluate_outputs(samples, self.fmt, k or 1, budgets=tcfg.eval_budgets))
+        table["eval/acc"] = mean(correct)
+        if k:
+            table[f"eval/pass@{k}"] = detail[f"eval/heldout/pass@{k}"]
+        else:
+            table.pop("eval/acc_greedy")  # greedy only: it is eval/acc
+        table |= trajectory_stats(trajs, self.fmt, "eval/parallel")
+        table |= {f"eval/acc@{b}": detail[f"eval/heldout/acc@{b}"] for b in tcfg.eval_budgets
                   if f"eval/heldout/acc@{b}" in detail}
         return table | {k: v for k, v in detail.items() if k not in table}
 
@@ -258,6 +277,17 @@ class Trainer:
         self.logger.close({f"final/{k}": v for k, v in (self.stage_table[-1] if self.stage_table else {}).items()})
         self.groups.shutdown()
         return summary
+
+
+def reward_spec(stage: Stage, run_reward, fmt: str):
+    """The reward a stage scores with: its own, else the run's; in the run's trajectory format
+    unless the params name one (rewards parse the text -- answer, structure -- in that format,
+    and their default is Parallel-R1, which would score every Parason answer wrong)."""
+    from rewards import RewardSpec
+
+    name, params = ((stage.reward, dict(stage.reward_params)) if stage.reward
+                    else (run_reward.name, dict(run_reward.params)))
+    return RewardSpec(name, {"format": fmt, **params})
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

@@ -1,0 +1,43 @@
+"""The driver scores every stage (and the held-out evaluation) in the run's trajectory format."""
+
+from __future__ import annotations
+
+import pytest
+
+import toyworld
+from actors.reward_worker import RewardWorker
+from curricula.stage import Stage
+from orchestrator.config import RewardConfig
+from orchestrator.trainer import reward_spec
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = RewardWorker("accuracy", workers=1, start_method="fork")
+    yield w
+    w.close()
+
+
+@pytest.mark.parametrize("fmt", ["parason", "parallel_r1"])
+def test_eval_stage_scores_teacher_traces_correct_in_the_runs_format(worker, fmt):
+    problems = toyworld.generate("mixed", 6, seed=3)
+    groups = [{"texts": [p.traces[fmt]], "ground_truth": p.answer} for p in problems]
+    spec = reward_spec(Stage("eval", "rl", 1, reward="accuracy"), RewardConfig(), fmt)
+    assert spec.params["format"] == fmt
+    out = worker.score(groups, spec=spec)
+    assert [c for g in out.correct for c in g] == [True] * len(problems)
+
+
+def test_parason_text_scored_as_parallel_r1_is_wrong(worker):
+    # What the driver did before reward_spec: the format default (Parallel-R1) on Parason text.
+    p = toyworld.generate("mixed", 1, seed=3)[0]
+    spec = reward_spec(Stage("eval", "rl", 1, reward="accuracy"), RewardConfig(), "parallel_r1")
+    assert worker.score([{"texts": [p.traces["parason"]], "ground_truth": p.answer}], spec=spec).correct == [[False]]
+
+
+def test_stage_params_and_run_reward():
+    run = RewardConfig(name="pa_grpo", beta_sub=0.1)
+    spec = reward_spec(Stage("rl", "rl", 1), run, "parason")  # no stage reward: the run's
+    assert (spec.name, spec.params["format"], spec.params["beta_sub"]) == ("pa_grpo", "parason", 0.1)
+    explicit = Stage("rl", "rl", 1, reward="accuracy", reward_params={"format": "parallel_r1"})
+    assert reward_spec(explicit, run, "parason").params["format"] == "parallel_r1"

@@ -179,9 +179,17 @@ class LearnerConfig:
     sft_lr: float = 3e-3
     sft_weight_decay: float = 0.01
     sft_warmup_ratio: float = 0.1
+    # SFT packing: each micro-batch's examples (still micro_batch_size of them) are concatenated
+    # into as few rows of at most sft_pack_length tokens as first-fit decreasing finds, filled
+    # evenly; each example attends only to itself with its own positions (segment masks,
+    # actors/masks.py: attention sdpa, eager or flex_attention). Same loss, less padding. An
+    # example longer than sft_pack_length gets a row of its own (never truncated).
+    sft_packing: bool = False
+    sft_pack_length: int = 512
 
     def __post_init__(self) -> None:
         _check(self.num_actors >= 1, "learner.num_actors", "must be >= 1")
+        _check(self.sft_pack_length >= 1, "learner.sft_pack_length", "must be >= 1")
         _check(self.zero_stage in (0, 1, 2, 3), "learner.zero_stage", f"must be 0-3, got {self.zero_stage}")
         _check(self.lr > 0 and self.sft_lr > 0, "learner.lr/sft_lr", "must be > 0")
         _check(self.micro_batch_size >= 1, "learner.micro_batch_size", "must be >= 1")
@@ -204,8 +212,13 @@ class TrainerConfig:
     # RL steps and prompts per step (batch = prompts_per_step x rollout.n trajectories).
     rl_steps: int = 20
     prompts_per_step: int = 16
-    # Evaluate held-out accuracy after each stage on data.n_test problems (greedy).
+    # Evaluate held-out accuracy after each stage on data.n_test problems.
     eval_after_stage: bool = True
+    # Samples per held-out problem at the rollout temperature: eval/acc is mean@k (the papers'
+    # protocol: Mean@16 at T=1.0), eval/pass@k their pass@k. 0: greedy only.
+    eval_samples: int = 8
+    # Also decode each held-out problem greedily (eval/acc_greedy; eval/acc when eval_samples=0).
+    eval_greedy: bool = True
     # Critical-path budgets (tokens in the format's default units) for accuracy-under-budget
     # (Parason's budget curve; paper scale: 2048, 8192, 16384, 24576).
     eval_budgets: list[int] = field(default_factory=lambda: [8, 12, 16, 32])
@@ -222,6 +235,9 @@ class TrainerConfig:
         _check(self.prompts_per_step >= 1, "trainer.prompts_per_step", "must be >= 1 (a batch size)")
         _check(self.save_every >= 0, "trainer.save_every", "must be >= 0")
         _check(self.eval_every >= 0, "trainer.eval_every", "must be >= 0")
+        _check(self.eval_samples >= 0, "trainer.eval_samples", "must be >= 0")
+        _check(self.eval_samples > 0 or self.eval_greedy, "trainer.eval_greedy",
+               "must be true when trainer.eval_samples is 0 (nothing to evaluate)")
 
 
 @dataclass

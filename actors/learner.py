@@ -5,6 +5,8 @@ rank takes an interleaved shard of the batch; losses are normalised by global to
 (see orchestrator/algo.py), so the update does not depend on the world size or on the
 micro-batch split. Gradient accumulation is driven explicitly: every micro-batch calls
 `backward`, the last one marks the accumulation boundary and `step()` applies the update.
+SFT micro-batches may be packed (`learner.sft_packing`): several examples per row, each attending
+only to itself (orchestrator/data.py `pack_sft_batch`); the token-sum loss is the same.
 """
 
 from __future__ import annotations
@@ -31,6 +33,40 @@ def ds_config(cfg: LearnerConfig, dtype: str) -> dict[str, Any]:
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
+
+
+def score_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float,
+                   structure: tuple | None, device) -> torch.Tensor:
+    """[b, L] token logprobs; `structure` = (position_ids, segment_ids, segment_visible) of a
+    structured or packed batch (see actors/masks.py), or None / all-None for plain causal rows."""
+    if structure is not None and structure[0] is not None:
+        from actors.masks import structured_logprobs
+
+        pos, seg, vis = (t.to(device) for t in structure)
+        return structured_logprobs(model, input_ids.to(device), pos, seg, vis, temperature)
+    logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits
+    return algo.token_logprobs(logits, input_ids.to(device), temperature)  # [b, L]
+
+
+def sft_micro_batches(batch: SFTBatch, cfg: LearnerConfig) -> list[SFTBatch]:
+    """Micro-batches of `micro_batch_size` examples, each packed into rows when `cfg.sft_packing`
+    (packing within a micro-batch keeps its examples, so its memory never grows with packing)."""
+    micro = batch.split(cfg.micro_batch_size)
+    if not cfg.sft_packing:
+        return micro
+    from orchestrator.data import pack_sft_batch
+
+    return [pack_sft_batch(mb, cfg.sft_pack_length) for mb in micro]
+
+
+def sft_loss(model, mb: SFTBatch, global_tokens: int, world: int = 1, device="cpu") -> torch.Tensor:
+    """Completion-only cross-entropy summed over the micro-batch's loss tokens / the global count.
+
+    Times `world`: DeepSpeed averages gradients over ranks, so the update is the token mean over
+    the whole batch whatever the split into ranks, micro-batches or packed rows.
+    """
+    logp = score_logprobs(model, mb.input_ids, mb.attention_mask, 1.0, mb.structure(), device)  # [b, L]
+    return -(logp * mb.loss_mask.to(device)).sum() / global_tokens * world
 
 
 class LearnerWorker:
@@ -61,15 +97,7 @@ class LearnerWorker:
     # ---- scoring ----------------------------------------------------------------
     def _logprobs(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   temperature: float, structure: tuple | None = None) -> torch.Tensor:
-        """[b, L] token logprobs; `structure` = (position_ids, segment_ids, segment_visible) of a
-        structured batch (see actors/masks.py), or None / all-None for plain causal rows."""
-        if structure is not None and structure[0] is not None:
-            from actors.masks import structured_logprobs
-
-            pos, seg, vis = (t.to(self.device) for t in structure)
-            return structured_logprobs(model, input_ids.to(self.device), pos, seg, vis, temperature)
-        logits = model(input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device)).logits
-        return algo.token_logprobs(logits, input_ids.to(self.device), temperature)  # [b, L]
+        return score_logprobs(model, input_ids, attention_mask, temperature, structure, self.device)
 
     @torch.no_grad()
     def compute_logprobs(self, batch: TrainBatch, temperature: float = 1.0) -> torch.Tensor:
@@ -90,7 +118,7 @@ class LearnerWorker:
         cfg = self.cfg
         self.engine.train()
         self._set_lr(lr, cfg.weight_decay if weight_decay is None else weight_decay)
-        norm = dict(global_tokens=global_tokens, global_seqs=global_seqs, dp_size=self.world)
+        norm = {"global_tokens": global_tokens, "global_seqs": global_seqs, "dp_size": self.world}
         stats: dict[str, float] = {}
         for _ in range(cfg.ppo_epochs):
             micro = batch.split(cfg.micro_batch_size)
@@ -122,17 +150,17 @@ class LearnerWorker:
         """One teacher-forced update: token-mean cross-entropy over completion tokens."""
         self.engine.train()
         self._set_lr(lr, self.cfg.sft_weight_decay if weight_decay is None else weight_decay)
-        total = 0.0
-        micro = batch.split(self.cfg.micro_batch_size)
+        total, cells, real = 0.0, 0, 0
+        micro = sft_micro_batches(batch, self.cfg)
         for i, mb in enumerate(micro):
-            mask = mb.loss_mask.to(self.device)
-            logp = self._logprobs(self.engine, mb.input_ids, mb.attention_mask, 1.0, mb.structure())  # [b, L]
-            loss = -(logp * mask).sum() / global_tokens * self.world
+            loss = sft_loss(self.engine, mb, global_tokens, self.world, self.device)
             self.engine.set_gradient_accumulation_boundary(i == len(micro) - 1)
             self.engine.backward(loss, scale_wrt_gas=False)
             self.engine.step()
             total += float(loss.detach()) / self.world
-        return {"sft/loss": total, "sft/lr": lr, "sft/grad_norm": float(self.engine.get_global_grad_norm() or 0.0)}
+            cells, real = cells + mb.attention_mask.numel(), real + int(mb.attention_mask.sum())
+        return {"sft/loss": total, "sft/lr": lr, "sft/grad_norm": float(self.engine.get_global_grad_norm() or 0.0),
+                "sft/pad_frac": 1.0 - real / max(1, cells)}  # share of scored cells that are padding
 
     def reset_optimizer(self) -> None:
         """Forget Adam moments (at a stage switch: SFT momentum must not leak into RL updates)."""

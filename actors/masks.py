@@ -17,7 +17,13 @@ backend's own mask is materialised:
   scored through :func:`block_sparse_sdpa` (query chunks against only their visible key columns),
   which keeps CPU step time near the causal kernel's (bench/bench_masks.py);
 * :func:`flex_block_mask`: a FlexAttention ``BlockMask`` (GPU), whose ``mask_mod`` reads the
-  segment tensors directly; it stores O((L/128)²) block indices, never an L×L tensor.
+  segment tensors directly; it stores O((L/128)²) block indices, never an L×L tensor. Not on CPU:
+  torch 2.13 runs FlexAttention there forward-only (backward raises NotImplementedError), and the
+  compiled forward is 1.3x slower than block_sparse_sdpa at L=4096 on the tiny model
+  (``bench/bench_masks.py flex-cpu``; the BlockMask is 16 KiB against the dense mask's 16 MiB).
+
+Packed SFT rows (orchestrator/data.py ``pack_sft_batch``) use the same tensors: each example is its
+own segments, invisible to the other examples of its row.
 
 Scoring must also know *which logits predict which token*: the first token of a branch is
 predicted by the last token of the context its request saw (the shared prefix), not by the

@@ -15,6 +15,22 @@ Prints a table and one JSON line.
 
 ``consistency``: replays toy-world teacher traces through the real executor (executed and
 sequential modes, both formats) and prints max |learner logprob - engine logprob| per mode.
+
+    PYTHONPATH=. python bench/bench_masks.py sft-packing [--batch 64] [--pack-lengths 128 256 512]
+
+``sft-packing``: one cold-start SFT step (the learner's micro-batching, packing, loss, backward and
+AdamW step; no DeepSpeed wrapper, which costs the same either way) on the default toy SFT data and
+tiny model, unpacked vs packed at each pack length, for the causal and structured layouts. Reports
+the min and median wall time over interleaved steps, the median process CPU time (with one
+thread, the figure a loaded shared machine disturbs least; `x unpacked` compares it) and the
+padding share of the scored cells.
+
+    PYTHONPATH=. python bench/bench_masks.py flex-cpu [--length 4096]
+
+``flex-cpu``: can FlexAttention replace the dense 4-D mask on CPU? Scores the synthetic structured
+row with the tiny model under sdpa (block_sparse_sdpa, dense mask) and flex_attention (compiled
+BlockMask), forward only, interleaved; reports min times, max |logprob diff|, mask bytes, and
+whether backward runs.
 """
 
 from __future__ import annotations
@@ -245,6 +261,106 @@ def run_consistency(args) -> None:
     print(json.dumps({"bench": "masks_consistency", "max_abs_diff": result}))
 
 
+def run_sft_packing(args) -> None:
+    import dataclasses
+    import statistics
+    import tempfile
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from actors.learner import sft_loss, sft_micro_batches
+    from orchestrator.config import DataConfig, LearnerConfig
+    from orchestrator.data import batches, load_problems, sft_batch, tokenizer_corpus
+    from orchestrator.structured import structured_sft_batch
+    from tinylm import TinyModelConfig, build_tiny_model
+
+    data = DataConfig()  # the default run's toy data: parallel_r1 traces, difficulty 1
+    train, _ = load_problems(data)
+    path = build_tiny_model(tempfile.mkdtemp(), TinyModelConfig(), tokenizer_corpus(data))
+    tok = AutoTokenizer.from_pretrained(path)
+    stream = batches(train, args.batch, seed=0)
+    problems = [next(stream) for _ in range(args.steps + 1)]
+    base = LearnerConfig(micro_batch_size=args.micro_batch_size)
+    variants = {"unpacked": base} | {
+        f"packed@{n}": dataclasses.replace(base, sft_packing=True, sft_pack_length=n) for n in args.pack_lengths
+    }
+    rows = []
+    for layout in ("causal", "structured"):
+        built = [
+            structured_sft_batch(ps, data.trace, tok) if layout == "structured" else sft_batch(ps, data.trace, tok)
+            for ps in problems
+        ]
+        models = {}
+        for name in variants:  # one model + optimizer per variant, same init
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).train()
+            models[name] = (model, torch.optim.AdamW(model.parameters(), lr=1e-4))
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        cpu: dict[str, list[float]] = {name: [] for name in variants}
+        pads: dict[str, float] = {}
+        for k, batch in enumerate(built):
+            for name, cfg in variants.items():  # interleaved: machine load hits every variant alike
+                model, opt = models[name]
+                tokens = int(batch.loss_mask.sum())
+                t0, c0 = time.perf_counter(), time.process_time()
+                micro = sft_micro_batches(batch, cfg)
+                for mb in micro:
+                    sft_loss(model, mb, tokens).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                if k:  # the first step is a warm-up
+                    times[name].append(time.perf_counter() - t0)
+                    cpu[name].append(time.process_time() - c0)
+                cells = sum(mb.attention_mask.numel() for mb in micro)
+                pads[name] = pads.get(name, 0.0) + (1 - sum(int(mb.attention_mask.sum()) for mb in micro) / cells)
+        for name in variants:
+            rows.append({"layout": layout, "variant": name, "min_s": min(times[name]),
+                         "median_s": statistics.median(times[name]), "cpu_s": statistics.median(cpu[name]),
+                         "pad_frac": pads[name] / len(built)})
+        ref = next(r for r in rows if r["layout"] == layout and r["variant"] == "unpacked")
+        for r in rows:
+            if r["layout"] == layout:
+                r["vs_unpacked"] = r["cpu_s"] / ref["cpu_s"]
+    print(f"{'layout':<11} {'variant':<12} {'min s':>7} {'median s':>9} {'cpu s':>7} {'x unpacked':>11} {'padding':>8}")
+    for r in rows:
+        print(f"{r['layout']:<11} {r['variant']:<12} {r['min_s']:>7.3f} {r['median_s']:>9.3f} {r['cpu_s']:>7.3f} "
+              f"{r['vs_unpacked']:>11.2f} {r['pad_frac']:>8.1%}")
+    print(json.dumps({"bench": "sft_packing", "batch": args.batch, "micro_batch_size": args.micro_batch_size,
+                      "threads": args.threads, "steps": args.steps, "loadavg": os.getloadavg()[0], "rows": rows}))
+
+
+def run_flex_cpu(args) -> None:
+    L = args.length
+    ids = torch.randint(2, 400, (1, L), generator=torch.Generator().manual_seed(0))
+    pos, seg, vis = masks.pack_records([synthetic_record(L)])
+    models = {}
+    for impl in ("sdpa", "flex_attention"):
+        models[impl] = tiny_model(2 * L).eval()
+        models[impl].config._attn_implementation = impl
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        out = {k: masks.structured_logprobs(m, ids, pos, seg, vis) for k, m in models.items()}  # warm-up, compile
+        first = time.perf_counter() - t0
+        times: dict[str, list[float]] = {k: [] for k in models}
+        for _ in range(args.steps):
+            for k, m in models.items():
+                t0 = time.perf_counter()
+                masks.structured_logprobs(m, ids, pos, seg, vis)
+                times[k].append(time.perf_counter() - t0)
+    block = masks.flex_block_mask(seg, vis)
+    block_bytes = sum(t.numel() * t.element_size() for t in block.as_tuple() if isinstance(t, torch.Tensor))
+    try:
+        masks.structured_logprobs(models["flex_attention"], ids, pos, seg, vis).sum().backward()
+        backward = "ok"
+    except NotImplementedError as e:
+        backward = str(e).split(".")[0]
+    row = {"L": L, "sdpa_fwd_s": min(times["sdpa"]), "flex_fwd_s": min(times["flex_attention"]),
+           "first_calls_s": first, "max_abs_diff": float((out["sdpa"] - out["flex_attention"]).abs().max()),
+           "dense_mask_mib": L * L / 2**20, "block_mask_kib": block_bytes / 2**10, "flex_backward": backward}
+    for k, v in row.items():
+        print(f"{k:<16} {v:.4g}" if isinstance(v, float) else f"{k:<16} {v}")
+    print(json.dumps({"bench": "flex_cpu", "loadavg": os.getloadavg()[0], **row}))
+
+
 def _pad_rows(rows: list[list[float]], width: int) -> torch.Tensor:
     return torch.tensor([r + [0.0] * (width - len(r)) for r in rows])  # [B, width]
 
@@ -263,9 +379,20 @@ def main() -> None:
     st.add_argument("--threads", type=int, default=1)
     co = sub.add_parser("consistency")
     co.add_argument("--n", type=int, default=8)
+    sp = sub.add_parser("sft-packing")
+    sp.add_argument("--batch", type=int, default=64)
+    sp.add_argument("--micro-batch-size", type=int, default=32)
+    sp.add_argument("--pack-lengths", type=int, nargs="+", default=[128, 256, 512])
+    sp.add_argument("--steps", type=int, default=5)
+    sp.add_argument("--threads", type=int, default=2)
+    fx = sub.add_parser("flex-cpu")
+    fx.add_argument("--length", type=int, default=4096)
+    fx.add_argument("--steps", type=int, default=5)
+    fx.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(1 if args.cmd == "consistency" else args.threads)
-    run_step(args) if args.cmd == "step" else run_consistency(args)
+    run = {"step": run_step, "consistency": run_consistency, "sft-packing": run_sft_packing, "flex-cpu": run_flex_cpu}
+    run[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ no tensor code beyond calling these.
 from __future__ import annotations
 
 import random
+import zlib
 from collections.abc import Iterator
 
 import torch
@@ -213,7 +214,8 @@ class StageStreams:
         if key not in self._streams:
             items = self._items(stage)
             self._sizes[key] = len(items)
-            self._streams[key] = batches(items, batch_size, self.seed)
+            # Each stage its own order: two RL stages on one pool must not replay the same prompts.
+            self._streams[key] = batches(items, batch_size, zlib.crc32(f"{self.seed}/{stage.name}".encode()))
         self.consumed[key] = self.consumed.get(key, 0) + 1
         return next(self._streams[key])
 

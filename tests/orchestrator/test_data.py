@@ -51,3 +51,19 @@ def test_batches_cover_each_epoch_once():
     it = batches(list(range(10)), 5, seed=0)
     first_epoch = next(it) + next(it)
     assert sorted(first_epoch) == list(range(10))
+
+
+def test_stages_on_one_pool_draw_different_prompt_orders():
+    import toyworld
+    from curricula.stage import Stage
+    from orchestrator.config import DataConfig
+    from orchestrator.data import StageStreams
+    from tinylm import build_tokenizer
+
+    train = toyworld.generate("mixed", 64, seed=0)
+    streams = StageStreams(DataConfig(), train, build_tokenizer([p.prompt for p in train]), seed=0)
+    a, b = Stage("easy_rl", "rl", 4), Stage("acc_rl", "rl", 4)
+    first_a = [p.uid for p in streams.next(a, 8)]
+    assert first_a != [p.uid for p in streams.next(b, 8)]
+    again = StageStreams(DataConfig(), train, build_tokenizer([p.prompt for p in train]), seed=0)
+    assert [p.uid for p in again.next(a, 8)] == first_a  # deterministic per (seed, stage)

@@ -6,7 +6,9 @@ fork point — Parason: `</Outlines>` closing n outline entries; Parallel-R1: `<
 n = `num_paths` because that format never announces its paths — the token is fed once more (so
 the shared prefix holds it), the request is suspended and n *branch requests* start, each with a
 copy of the prefix KV (computed once), its opening tag forced, and positions continuing from the
-prefix length (every branch starts at the same position: "multiverse" positions). Branch rows of
+prefix length (every branch starts at the same position: "multiverse" positions); a Parason
+thread then gets its *header* forced — its outline entry's tokens and a newline — so each thread
+knows which entry it serves (`actors.executor_format`, "Thread headers"). Branch rows of
 all trajectories decode in the same batch. A branch ends at its closing tag (fed, so its KV is
 complete). When all n branches ended, the *continuation* request starts: its KV is the prefix
 followed by every branch's own KV *as computed in its branch*, concatenated along time (keys
@@ -17,8 +19,8 @@ AND (Subtask) and OR (Trial) joins differ in meaning, not mechanics: every branc
 stays in the history either way. Branch requests may fork again (Parason nesting).
 
 Sequential mode ("Seen", causal) runs the same tracker in one request per trajectory: it writes
-the same format with the same forced tags, so both modes can be compared on the same model and,
-for the same sampled tokens, give the same text.
+the same format with the same forced tags and headers, so both modes can be compared on the same
+model and, for the same sampled tokens, give the same text.
 
 Caps: `spec.max_branches` entries per block (then `</Outlines>` is forced), `spec.max_depth`
 (a further `<Parallel>` is banned), `max_branch_tokens` per branch request and
@@ -28,7 +30,9 @@ innermost branch body is closed instead (outside any branch body: everything, th
 trajectory stops with "stop"), identically in both modes.
 
 Logprobs are those of the model's distribution `logits / T`, before bans, grammar masks, top-p
-and test processors: exactly what the learner recomputes from the `ExecutionRecord`.
+and test processors: exactly what the learner recomputes from the `ExecutionRecord` (why that is
+the right definition under a grammar: `actors.grammar_processor`). Forced tokens (tags, thread
+headers) carry logprob 0.0 and `sampled=False` in the record: context, not loss.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class ExecutorConfig:
     max_depth: int = 2  # nested blocks (Parason); Parallel-R1 never nests
     max_branch_tokens: int = 256  # tokens one branch request may emit before it is closed
     grammar: bool = False  # xgrammar-constrained decoding
+    thread_headers: bool = True  # Parason: force each thread's outline entry after <Thread> (executor_format)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -142,6 +147,8 @@ class _Row(RowState):
 class ParallelExecutor:
     """Runs trajectories in executed or sequential mode over a transformers causal LM."""
 
+    speculative_grammar = True  # grammar: check the unmasked draw, mask only refused rows (exact)
+
     def __init__(self, model, tokenizer, cfg: ExecutorConfig, processor: Processor | None = None):
         self.model, self.tokenizer, self.cfg = model, tokenizer, cfg
         self.spec = get_spec(cfg.format, max_branches=cfg.max_branches,
@@ -155,6 +162,7 @@ class ParallelExecutor:
             from actors.grammar_processor import GrammarMasker
 
             self.grammar = GrammarMasker(self.spec, tokenizer, model.config.vocab_size)
+        # CPU seconds of the decoding thread (time.thread_time: preemption on a shared machine does not count)
         self.timing = {"decode": 0.0, "regroup": 0.0, "sample": 0.0}
 
     @classmethod
@@ -171,9 +179,9 @@ class ParallelExecutor:
             raise ValueError("temperature must be > 0 (use greedy=True for argmax decoding)")
         self._params, self._gen, self._next_request = params, torch.Generator().manual_seed(params.seed), 0
         batch = RowBatch(self.model, self.pad)
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         logits = batch.prefill(prompts)
-        self.timing["decode"] += time.perf_counter() - t0
+        self.timing["decode"] += time.thread_time() - t0
         trajs = [_Traj(i) for i in range(len(prompts))]
         rows = [self._main_row(t, p) for t, p in zip(trajs, prompts)]
         batch.adopt(rows)
@@ -183,14 +191,14 @@ class ParallelExecutor:
             if incoming or len(members) * 2 < len(batch.rows):
                 if not members and not incoming:
                     break
-                t0 = time.perf_counter()
+                t0 = time.thread_time()
                 batch.regroup(members + incoming)
-                self.timing["regroup"] += time.perf_counter() - t0
+                self.timing["regroup"] += time.thread_time() - t0
             if not any(r.live for r in batch.rows):
                 break
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             logits = batch.step()
-            self.timing["decode"] += time.perf_counter() - t0
+            self.timing["decode"] += time.thread_time() - t0
             incoming = self._advance(batch.rows, logits, batch)
         return [self._finish(t) for t in trajs]
 
@@ -217,7 +225,7 @@ class ParallelExecutor:
         """Closing under the grammar, but the closing tag cannot come yet: the text ends inside a
         multi-byte character (byte-level tokens split them). Sample, masked, until it can."""
         tok = r.tracker.closing_token()
-        return r.matcher is not None and tok is not None and not r.matcher.matcher.fork().accept_token(tok)
+        return r.matcher is not None and tok is not None and not self.grammar.allows_now(r.matcher, tok)
 
     def _take_sample(self, r: _Row, tok: int, logprob: float) -> None:
         stops = {self.eos, *self._params.stop_token_ids}
@@ -227,6 +235,8 @@ class ParallelExecutor:
                 self._end(r, "stop")
                 return
             # EOS inside a block: close the innermost branch (on the main chain: everything, then stop)
+            if r.matcher is not None:
+                self.grammar.release(r.matcher)  # the stop token is not emitted
             r.traj.eos = r.traj.eos or not r.tracker.in_branch
             r.tracker.start_closing(whole_request=False)
             self._take_forced(r)
@@ -321,7 +331,8 @@ class ParallelExecutor:
 
     # ---- rows -------------------------------------------------------------------------------
     def _main_row(self, traj: _Traj, prompt: list[int]) -> _Row:
-        tracker = Tracker(self.tags, self.eos, self.cfg.mode == "executed", self.cfg.num_paths)
+        tracker = Tracker(self.tags, self.eos, self.cfg.mode == "executed", self.cfg.num_paths,
+                          self.cfg.thread_headers)
         row = _Row(feed=self.pad, pos=len(prompt), length=len(prompt), traj=traj, tracker=tracker,
                    segs=[prompt_segment(prompt)], request=self._request(traj))
         row.matcher = self.grammar.new_state() if self.grammar is not None else None
@@ -342,8 +353,13 @@ class ParallelExecutor:
 
     # ---- sampling ---------------------------------------------------------------------------
     def _sample(self, rows: list[_Row], logits: torch.Tensor) -> tuple[list[int], list[float]]:
-        """Next token of each row; logprobs under logits / T. logits: [S, V]."""
-        t0 = time.perf_counter()
+        """Next token of each row; logprobs under logits / T. logits: [S, V].
+
+        Under the grammar, speculatively (see `actors.grammar_processor`): draw from the unmasked
+        distribution, keep the draws the grammar allows, mask and redraw only the refused rows —
+        the masked distribution exactly, at the cost of one token check per row instead of a mask.
+        """
+        t0 = time.thread_time()
         p = self._params
         x = logits / p.temperature  # [S, V]
         logp = x.log_softmax(-1)  # [S, V] what the learner recomputes
@@ -352,12 +368,34 @@ class ParallelExecutor:
             banned = r.tracker.banned()
             if banned:
                 x[i, banned] = float("-inf")
-        if self.grammar is not None:
-            idx = [i for i, r in enumerate(rows) if r.matcher is not None]
-            if idx:
-                sub = x[idx]
-                self.grammar.mask(sub, [rows[i].matcher for i in idx])
-                x[idx] = sub
+        g = [i for i, r in enumerate(rows) if r.matcher is not None] if self.grammar is not None else []
+        if g and not self._speculate():
+            sub = x[g]
+            self.grammar.mask(sub, [rows[i].matcher for i in g])
+            x[g] = sub
+            g = []
+        tok = self._draw(rows, x)  # [S]
+        refused = [i for i in g if not self.grammar.check(rows[i].matcher, int(tok[i]))]
+        if refused:
+            sub = x[refused]
+            self.grammar.mask(sub, [rows[i].matcher for i in refused])
+            # `check` may refuse a valid token it cannot judge alone: keep the draw if the mask does.
+            redo = [j for j, i in enumerate(refused) if not torch.isfinite(sub[j, int(tok[i])])]
+            if redo:
+                tok[[refused[j] for j in redo]] = self._draw([rows[refused[j]] for j in redo], sub[redo])
+        lp = logp.gather(-1, tok[:, None].to(logp.device)).squeeze(-1)
+        self.timing["sample"] += time.thread_time() - t0
+        return tok.tolist(), lp.tolist()
+
+    def _speculate(self) -> bool:
+        """Draw-then-check is exact only if masking commutes with what follows it: no top-p (which
+        renormalises over the kept set) and a processor that declares it commutes (`Replay` does)."""
+        return (self.speculative_grammar and self._params.top_p >= 1.0
+                and (self.processor is None or getattr(self.processor, "commutes_with_mask", False)))
+
+    def _draw(self, rows: list[_Row], x: torch.Tensor) -> torch.Tensor:
+        """[S] tokens drawn (or argmax) from logits x [S, V] after the processor and top-p (CPU)."""
+        p = self._params
         if self.processor is not None:
             x = self.processor([r.view() for r in rows], x)
         if p.top_p < 1.0:
@@ -365,12 +403,8 @@ class ParallelExecutor:
 
             x = _top_p_filter(x, p.top_p)
         if p.greedy:
-            tok = x.argmax(-1)
-        else:
-            tok = torch.multinomial(x.softmax(-1).cpu(), 1, generator=self._gen).squeeze(-1)
-        lp = logp.gather(-1, tok[:, None].to(logp.device)).squeeze(-1)
-        self.timing["sample"] += time.perf_counter() - t0
-        return tok.tolist(), lp.tolist()
+            return x.argmax(-1).cpu()
+        return torch.multinomial(x.softmax(-1).cpu(), 1, generator=self._gen).squeeze(-1)
 
     def _finish(self, t: _Traj) -> Execution:
         tokens, logprobs, record = build_record(t.final.segs)

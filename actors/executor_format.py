@@ -17,6 +17,16 @@ Forced tags (the executor writes them, they are not sampled): each branch's open
 (`<Thread>` / `<Path>`), Parason's `</Parallel>` after the last thread, Parallel-R1's `<Summary>`
 after the last path and `</Parallel>` after `</Summary>`; `</Outlines>` once `max_branches`
 entries are closed; and the closing sequence when a cap or EOS is hit ("closing mode").
+
+Thread headers (Parason). An executed thread sees the shared prefix — the whole outline — and
+its own tokens only: every thread of a block has the same context, so nothing would tell thread
+k to work on entry k (greedy threads would all be the same). So the k-th `<Thread>` of a block
+is followed by a forced *header*: the tokens of outline entry k (copied, tags excluded), then
+`THREAD_HEADER_SEP`. In text, ``<Thread>`` + `thread_header(entry)` + the thread's own work.
+Both modes force it (same text); teacher traces write it (`with_thread_headers`), so SFT teaches
+threads to continue from it; records mark it forced (context for later tokens, no loss).
+The header belongs to the thread's token budget, but is always written whole (caps only stop
+sampled text), like the closing tags.
 """
 
 from __future__ import annotations
@@ -24,7 +34,38 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from formats import FormatSpec
+from formats import Block, Branch, FormatSpec, Trajectory
+
+THREAD_HEADER_SEP = "\n"  # ends a thread header; a newline never merges with text tokens either side
+
+
+def thread_header(outline: str) -> str:
+    """Text the executor forces after a Parason `<Thread>`: its outline entry, then the separator.
+
+    >>> thread_header("x=8")
+    'x=8\\n'
+    """
+    return outline + THREAD_HEADER_SEP
+
+
+def with_thread_headers(tree: Trajectory) -> Trajectory:
+    """`tree` with every Parason thread body starting with its header (nested blocks too).
+
+    Idempotent: a body that already starts with its header is kept."""
+
+    def nodes(seq) -> tuple:
+        return tuple(block(n) if isinstance(n, Block) else n for n in seq)
+
+    def block(b: Block) -> Block:
+        branches = []
+        for br in b.branches:
+            body, head = nodes(br.body), thread_header(br.outline) if br.outline is not None else None
+            if head is not None and not (body and isinstance(body[0], str) and body[0].startswith(head)):
+                body = (head + body[0],) + body[1:] if body and isinstance(body[0], str) else (head,) + body
+            branches.append(Branch(br.kind, body, br.outline))
+        return Block(tuple(branches), b.summary, b.gaps)
+
+    return Trajectory(nodes(tree.nodes))
 
 # Frame kinds.
 SEQ = "seq"  # free text: the main chain (depth 0) or a branch body (Thread / Path)
@@ -39,6 +80,7 @@ class TagIds:
 
     spec: FormatSpec
     ids: dict[str, int]  # tag string -> token id
+    header_sep: tuple[int, ...] = ()  # THREAD_HEADER_SEP's tokens (Parason)
 
     @classmethod
     def from_tokenizer(cls, spec: FormatSpec, tokenizer) -> TagIds:
@@ -50,7 +92,7 @@ class TagIds:
                     f"tag {tag!r} is {len(enc)} tokens for this tokenizer; the executor needs every tag of "
                     f"format {spec.name!r} as one added token (tokenizer.add_tokens(spec.tags))")
             ids[tag] = enc[0]
-        return cls(spec, ids)
+        return cls(spec, ids, tuple(tokenizer.encode(THREAD_HEADER_SEP, add_special_tokens=False)))
 
     def __getitem__(self, tag: str) -> int:
         return self.ids[tag]
@@ -62,6 +104,7 @@ class Frame:
     depth: int  # parallel-block depth this frame lives at (main chain: 0)
     close: int | None = None  # SEQ: the token that closes this branch body; OUTLINE: open entry's close
     n: int = 0  # BRANCHES: number of branches; OUTLINE: closed entries
+    entries: list = field(default_factory=list)  # OUTLINE, BRANCHES: each entry's non-tag tokens
     done: int = 0  # BRANCHES: branches finished
     flag: bool = False  # OUTLINE: <Outlines> seen; SUMMARY: </Summary> seen
     tokens: int = 0  # SEQ branch bodies: tokens this branch request emitted (its own budget)
@@ -79,12 +122,14 @@ class Event:
 class Tracker:
     """Frame stack of one request. A branch request's stack starts as a copy of its parent's."""
 
-    def __init__(self, tags: TagIds, eos_id: int, executed: bool, num_paths: int = 2):
+    def __init__(self, tags: TagIds, eos_id: int, executed: bool, num_paths: int = 2, headers: bool = True):
         self.t = tags
         self.spec = tags.spec
         self.eos = eos_id
         self.executed = executed
         self.num_paths = num_paths
+        self.headers = headers and self.spec.is_parason  # force thread headers (see the module docstring)
+        self._tag_ids = frozenset(tags.ids.values())
         self.frames: list[Frame] = [Frame(SEQ, 0)]
         self.base = 0  # frames below this index belong to the parent request
         self.closing_level: int | None = None  # close every frame at index >= this
@@ -95,6 +140,7 @@ class Tracker:
         child = copy.copy(self)
         child.frames = copy.deepcopy(self.frames)
         child.base = len(child.frames)  # the BRANCHES frame is the parent's
+        child.frames[-1].done = k  # this child's copy only: which thread (header) it writes
         if self.closing_level is not None:
             child.closing_level = child.base  # a closing parent forks empty branches
         return child, self._open_tag()
@@ -120,6 +166,8 @@ class Tracker:
         if top.kind == BRANCHES:
             if tok == self._open_tag():
                 self.frames.append(Frame(SEQ, top.depth, close=self._close_tag()))
+                if self.headers:
+                    return Event(force=[*top.entries[top.done], *self.t.header_sep])
             return Event()
         return self._in_summary(top, tok)
 
@@ -146,12 +194,16 @@ class Tracker:
             top.flag = True
         elif top.close is None and tok in (t[s.subtask_open], t[s.trial_open]):
             top.close = t[s.subtask_close] if tok == t[s.subtask_open] else t[s.trial_close]
+            top.entries.append([])
         elif top.close is not None and tok == top.close:
             top.close, top.n = None, top.n + 1
             if top.n >= s.max_branches:  # cap: no more entries
                 return Event(force=[t[s.outlines_close]])
+        elif top.close is not None:
+            if tok not in self._tag_ids:  # a tag in an entry (no grammar) must not be copied into a thread
+                top.entries[-1].append(tok)
         elif tok == t[s.outlines_close] and top.close is None:
-            self.frames[-1] = Frame(BRANCHES, top.depth, n=top.n)
+            self.frames[-1] = Frame(BRANCHES, top.depth, n=top.n, entries=top.entries[: top.n])
             if top.n == 0:  # nothing to run: close the empty block (the text will not parse)
                 self._pop()
                 return Event(force=[t[s.parallel_close]])

@@ -18,7 +18,13 @@ class Replay:
 
     A token the executor forced (a closing tag at a cap) re-synchronises the script just after
     that tag's next occurrence, so a capped run continues the script where the structure does.
+
+    Commutes with grammar masking (the executor may then check its draw instead of masking
+    first): it pins the script token if that is allowed, else the best allowed token, so
+    drawing from it unmasked and redrawing masked only when refused gives the same token.
     """
+
+    commutes_with_mask = True
 
     def __init__(self, scripts: list[dict[tuple, list[int]]], eos: int):
         self.scripts, self.eos = scripts, eos

@@ -20,11 +20,20 @@ Figures, per batch size B (trajectories decoded together):
 * the same from process CPU time (`cpu_*`): one torch thread, so CPU time is the work done and
   far less sensitive than wall time to other processes on a shared machine.
 
-Grammar: the same runs with xgrammar masking on; cost = masking seconds / decode seconds, and
-the wall-clock overhead.
+Grammar: the same runs with xgrammar on, in both modes, interleaved in one process (off,
+speculative, full mask, off, ... `--repeat` times), so every variant sees the same load:
+
+* grammar_mask_over_decode = masker seconds (fills, token checks, accepts) / decode seconds, with
+  the executor's speculative masking (draw unmasked, check, mask only refused rows; the default);
+* grammar_full_mask_over_decode = the same with a full mask on every row and step (the old way);
+* grammar_cpu_overhead(_full) = process CPU time with the grammar / without - 1 (the off runs
+  are interleaved with the grammar runs; one torch thread, so CPU time is the work done);
+* sampled_*: the random model sampling freely under the grammar (no replay; executed mode,
+  `--sampled-tokens` per trajectory). It draws grammar-invalid tokens often (about every other
+  step), so this is speculation's worst case; a trained model almost never is refused.
 
     python bench/bench_executor.py [--n 32] [--difficulty 3] [--batch 1 8 32] [--repeat 3]
-                                   [--hidden 128 --layers 4]
+                                   [--hidden 128 --layers 4] [--sampled-tokens 128]
 
 Prints a table and a final JSON line. Uses torch.set_num_threads(1); report `uptime` with it.
 """
@@ -49,7 +58,7 @@ from formats import parse
 from orchestrator.batch import SamplingParams
 
 
-def timed_run(model, tok, problems, mode: str, grammar: bool, repeat: int):
+def timed_run(model, tok, problems, mode: str, grammar: bool, repeat: int, speculative: bool = True):
     """Best-of-`repeat` (wall, CPU) seconds of one `run` over `problems`; returns (times, executions, executor)."""
     trees = [parse(p.traces["parason"], "parason").tree for p in problems]
     prompts = [tok.encode(p.prompt) for p in problems]
@@ -59,20 +68,56 @@ def timed_run(model, tok, problems, mode: str, grammar: bool, repeat: int):
         scripts = [role_scripts(t, "parason", tok) if mode == "executed" else sequential_script(t, "parason", tok)
                    for t in trees]
         ex = ParallelExecutor(model, tok, cfg, Replay(scripts, tok.eos_token_id))
+        ex.speculative_grammar = speculative
         t0, c0 = time.perf_counter(), time.process_time()
         res = ex.run(prompts, SamplingParams(max_new_tokens=1024, seed=0))
         best, cpu = min(best, time.perf_counter() - t0), min(cpu, time.process_time() - c0)
     return (best, cpu), res, ex
 
 
+GRAMMAR_VARIANTS = {"off": (False, True), "spec": (True, True), "full": (True, False)}  # (grammar, speculative)
+
+
+def grammar_runs(model, tok, chunk, repeat: int, acc: dict) -> None:
+    """Replayed runs, both modes, the variants interleaved `repeat` times; sums into acc[variant]."""
+    for _ in range(repeat):
+        for mode in ("sequential", "executed"):
+            for name, (grammar, spec) in GRAMMAR_VARIANTS.items():
+                (_, cpu), _, ex = timed_run(model, tok, chunk, mode, grammar, 1, spec)
+                _add(acc[name], ex, cpu)
+
+
+def sampled_runs(model, tok, chunk, max_new_tokens: int, acc: dict) -> None:
+    """The random model sampling freely under the grammar (executed mode), speculative then full mask."""
+    prompts = [tok.encode(p.prompt) for p in chunk]
+    cfg = ExecutorConfig(format="parason", mode="executed", grammar=True, max_branch_tokens=32)
+    for name, spec in (("sampled_spec", True), ("sampled_full", False)):
+        ex = ParallelExecutor(model, tok, cfg)
+        ex.speculative_grammar = spec
+        c0 = time.process_time()
+        ex.run(prompts, SamplingParams(max_new_tokens=max_new_tokens, seed=0))
+        _add(acc[name], ex, time.process_time() - c0)
+
+
+def _add(a: dict, ex, cpu: float) -> None:
+    a["cpu"] += cpu
+    a["decode"] += ex.timing["decode"]
+    if ex.grammar is not None:
+        a["grammar"] += ex.grammar.seconds
+        a["masked"] += ex.grammar.calls  # rows that got a full mask
+        a["checked"] += ex.grammar.checks  # draws checked speculatively
+
+
 def critical_path(e, prompt_len: int) -> int:
     return max(e.record.position_ids) + 1 - prompt_len
 
 
-def bench_batch(model, tok, problems, B: int, repeat: int) -> dict:
+def bench_batch(model, tok, problems, B: int, repeat: int, sampled_tokens: int) -> dict:
     """Speed-ups over `problems` decoded B at a time."""
-    out = {"B": B, "t_seq": 0.0, "t_exec": 0.0, "c_seq": 0.0, "c_exec": 0.0, "steps_seq": 0, "steps_exec": 0, "tok": [], "t_seq_g": 0.0,
-           "t_exec_g": 0.0, "mask_s": 0.0, "decode_s_g": 0.0, "mask_rows": 0}
+    out = {"B": B, "t_seq": 0.0, "t_exec": 0.0, "c_seq": 0.0, "c_exec": 0.0, "steps_seq": 0, "steps_exec": 0,
+           "tok": []}
+    acc = {k: dict.fromkeys(("cpu", "decode", "grammar", "masked", "checked"), 0.0)
+           for k in (*GRAMMAR_VARIANTS, "sampled_spec", "sampled_full")}
     for i in range(0, len(problems), B):
         chunk = problems[i:i + B]
         plen = [len(tok.encode(p.prompt)) for p in chunk]
@@ -87,12 +132,9 @@ def bench_batch(model, tok, problems, B: int, repeat: int) -> dict:
         out["steps_seq"] += max(len(e.token_ids) for e in seq)
         out["steps_exec"] += max(critical_path(e, n) for e, n in zip(exe, plen))
         out["tok"] += [len(e.token_ids) / critical_path(e, n) for e, n in zip(exe, plen)]
-        for mode, key in (("sequential", "t_seq_g"), ("executed", "t_exec_g")):
-            tg, _, ex = timed_run(model, tok, chunk, mode, True, 1)
-            out[key] += tg[0]
-            out["mask_s"] += ex.grammar.seconds
-            out["decode_s_g"] += ex.timing["decode"]
-            out["mask_rows"] += ex.grammar.calls
+        grammar_runs(model, tok, chunk, repeat, acc)
+        if sampled_tokens:
+            sampled_runs(model, tok, chunk, sampled_tokens, acc)
     tok_speedup = sum(out["tok"]) / len(out["tok"])
     step_speedup = out["steps_seq"] / out["steps_exec"]
     wall = out["t_seq"] / out["t_exec"]
@@ -108,10 +150,26 @@ def bench_batch(model, tok, problems, B: int, repeat: int) -> dict:
         "cpu_realisation_vs_steps": round(cpu / step_speedup, 3),
         "t_seq_s": round(out["t_seq"], 3),
         "t_exec_s": round(out["t_exec"], 3),
-        "grammar_mask_over_decode": round(out["mask_s"] / out["decode_s_g"], 4),
-        "grammar_us_per_row": round(1e6 * out["mask_s"] / max(1, out["mask_rows"]), 1),
-        "grammar_wall_overhead_seq": round(out["t_seq_g"] / out["t_seq"] - 1, 3),
-        "grammar_wall_overhead_exec": round(out["t_exec_g"] / out["t_exec"] - 1, 3),
+        **grammar_figures(acc),
+    }
+
+
+def grammar_figures(acc: dict) -> dict:
+    def share(k):  # masker seconds / decode seconds
+        return round(acc[k]["grammar"] / acc[k]["decode"], 4) if acc[k]["decode"] else None
+
+    def refused(k):  # share of speculative draws the grammar refused (then masked and redrawn)
+        return round(acc[k]["masked"] / acc[k]["checked"], 3) if acc[k]["checked"] else None
+
+    return {
+        "grammar_mask_over_decode": share("spec"),
+        "grammar_full_mask_over_decode": share("full"),
+        "grammar_cpu_overhead": round(acc["spec"]["cpu"] / acc["off"]["cpu"] - 1, 3),
+        "grammar_full_cpu_overhead": round(acc["full"]["cpu"] / acc["off"]["cpu"] - 1, 3),
+        "grammar_refused": refused("spec"),
+        "sampled_mask_over_decode": share("sampled_spec"),
+        "sampled_full_mask_over_decode": share("sampled_full"),
+        "sampled_refused": refused("sampled_spec"),
     }
 
 
@@ -124,6 +182,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--hidden", type=int, default=128, help="tiny model width (grammar cost vs decode cost)")
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--sampled-tokens", type=int, default=128, help="free-sampling grammar runs (0: skip)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -137,7 +196,7 @@ def main() -> None:
     problems = toyworld.generate(args.family, args.n, seed=0, difficulty=args.difficulty)
     print(f"load: {os.getloadavg()}  n={args.n} family={args.family} difficulty={args.difficulty} "
           f"model: hidden={args.hidden} layers={args.layers}")
-    rows = [bench_batch(model, tok, problems, B, args.repeat) for B in args.batch]
+    rows = [bench_batch(model, tok, problems, B, args.repeat, args.sampled_tokens) for B in args.batch]
     keys = list(rows[0])
     print(" ".join(f"{k:>12.12}" for k in keys))
     for r in rows:

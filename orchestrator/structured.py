@@ -153,7 +153,7 @@ class _Walk:
             if self.executed:
                 child = _Row(self._new_request(), list(row.history), row.pos, role=row.role + (row.forks, k))
             self.emit(child, opener, False)
-            child = self.seq(br.body, child)
+            child = self.seq(self._forced_header(child, br) if s.is_parason else br.body, child)
             self.emit(child, closer, True)
             children.append(child)
         if self.executed:  # the continuation sees every branch's own segments, at the critical-path position
@@ -175,6 +175,19 @@ class _Walk:
             self.emit(row, s.parallel_close, False)
         return row
 
+    def _forced_header(self, row: _Row, branch) -> tuple:
+        """Emit a Parason thread's header (its outline entry, forced by the executor); the rest of its body."""
+        from actors.executor_format import thread_header
+
+        head, body = thread_header(branch.outline), branch.body
+        if not (body and isinstance(body[0], str) and body[0].startswith(head)):
+            raise ValueError(
+                f"a Parason thread must open with its outline entry's header {head!r} "
+                "(actors.executor_format.with_thread_headers adds it)"
+            )
+        self.emit(row, head, False)
+        return (body[0][len(head) :],) + tuple(body[1:])
+
     def _new_request(self) -> int:
         self.n_requests += 1
         return self.n_requests - 1
@@ -188,7 +201,8 @@ def teacher_record(
     Executed mode: every branch is its own request that sees the prefix (through the fork token)
     and starts at the same position; the continuation sees all branches and starts at
     prefix_len + longest branch. Sequential mode: one request, positions 0..L-1. Forced tags
-    (branch openers, join tags) are marked unsampled, exactly as actors/executor_format.py forces them.
+    (branch openers, join tags) and Parason thread headers are marked unsampled, exactly as
+    actors/executor_format.py forces them; a Parason thread without its header is refused.
     The response ids are the tokenizer's ids of ``trace`` (+ EOS), i.e. what ``sft_batch`` trains on.
     """
     walk, ids = _walk_trace(prompt_ids, trace, spec, tokenizer, mode, eos)

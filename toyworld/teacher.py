@@ -7,14 +7,21 @@ format module is the contract; nothing here spells a tag).  Examples for ``3*4+5
     serial      3*4=12 5*6=30 12+30=42 #### 42
     parallel_r1 <Parallel><Path>3*4=12</Path><Path>5*6=30</Path><Summary>12+30=42</Summary></Parallel> #### 42
     parason     <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>
-                <Thread>3*4=12</Thread><Thread>5*6=30</Thread></Parallel>12+30=42 #### 42
+                <Thread>3*4\n3*4=12</Thread><Thread>5*6\n5*6=30</Thread></Parallel>12+30=42 #### 42
 
-(the Parason trace is one line).  Trial solutions use ``<Trial>`` outline entries; every
-branch's work stays in the trace (OR-merge keeps all branches), the merge states the winner.
+(the Parason trace is one line but for the ``\n`` ending each thread header).  Trial solutions use
+``<Trial>`` outline entries; every branch's work stays in the trace (OR-merge keeps all branches),
+the merge states the winner.
+
+Thread headers: every Parason ``<Thread>`` opens with its outline entry and a newline
+(``actors.executor_format.thread_header``), the text the parallel executor force-writes there so
+that each executed thread knows which entry it serves. Teacher traces carry it so SFT teaches
+threads to continue from it (and ``orchestrator.structured`` marks it forced, out of the loss).
 """
 
 from __future__ import annotations
 
+from actors.executor_format import thread_header
 from formats import PARALLEL_R1, PARASON, PATH, SUBTASK, TRIAL, Block, FormatSpec, Trajectory, render
 from formats import Branch as FormatBranch
 from toyworld.problem import Solution
@@ -70,11 +77,12 @@ def parallel_r1_tree(sol: Solution) -> Trajectory:
 
 
 def parason_tree(sol: Solution) -> Trajectory:
-    """One block: a Subtask (AND) or Trial (OR) entry and a Thread per part; the merge then
-    continues the main chain after the block."""
+    """One block: a Subtask (AND) or Trial (OR) entry and a Thread per part, each thread opening
+    with its entry's header; the merge then continues the main chain after the block."""
     _check_text(sol)
     kind = _PARASON_KIND[sol.kind]
-    threads = tuple(FormatBranch(kind, (p.work,), outline=p.outline) for p in sol.parts)
+    threads = tuple(FormatBranch(kind, (thread_header(p.outline) + p.work,), outline=p.outline)
+                    for p in sol.parts)
     return Trajectory((Block(threads), sol.merge + final_line(sol.answer)))
 
 

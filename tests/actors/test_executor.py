@@ -2,8 +2,8 @@
 
 A random tiny model is driven by `actors.executor_replay.Replay`, a logits processor that makes
 each request emit the tokens of a known script (the model, KV cache, batching, positions and
-record are all real). Scripts are teacher traces from toyworld or hand-built `formats` trees,
-split per request role by `role_scripts`.
+record are all real). Scripts are teacher traces from toyworld or hand-built `formats` trees
+(with Parason thread headers, which the executor forces), split per request role by `role_scripts`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import torch
 
 import toyworld
 from actors.executor import ExecutorConfig, ParallelExecutor
+from actors.executor_format import thread_header, with_thread_headers
 from actors.executor_replay import Replay, role_scripts
 from formats import SUBTASK, TRIAL, Block, Branch, Trajectory, parse, render
 from orchestrator.batch import ExecutionRecord, SamplingParams
@@ -41,8 +42,8 @@ def lm(tiny_model_path):
 
 def nested_tree() -> Trajectory:
     inner = Block((Branch(TRIAL, ("x=2 no",), "x=2"), Branch(TRIAL, ("x=3 yes, a long one",), "x=3")))
-    return Trajectory(("Go. ", Block((Branch(SUBTASK, ("a=1 ", inner, " so a=3"), "a"),
-                                      Branch(SUBTASK, ("b=2",), "b"))), " a+b=5 #### 5"))
+    return with_thread_headers(Trajectory(("Go. ", Block((Branch(SUBTASK, ("a=1 ", inner, " so a=3"), "a"),
+                                                         Branch(SUBTASK, ("b=2",), "b"))), " a+b=5 #### 5")))
 
 
 def reference_logprobs(model, ids: list[int], rec: ExecutionRecord) -> torch.Tensor:
@@ -138,8 +139,9 @@ def _tok_len(tok, text: str) -> int:
     return len(tok.encode(text, add_special_tokens=False))
 
 
-LONG = Trajectory(("Go. ", Block((Branch(SUBTASK, ("1*2*3*4*5*6*7*8=40320",), "p"), Branch(SUBTASK, ("2",), "q"),
-                                  Branch(TRIAL, ("3",), "r"))), " done #### 1"))
+LONG = with_thread_headers(Trajectory(("Go. ", Block((Branch(SUBTASK, ("1*2*3*4*5*6*7*8=40320",), "p"),
+                                                     Branch(SUBTASK, ("2",), "q"), Branch(TRIAL, ("3",), "r"))),
+                                       " done #### 1")))
 
 
 def test_caps_force_valid_closing_tags_identically_in_both_modes(lm):
@@ -152,10 +154,12 @@ def test_caps_force_valid_closing_tags_identically_in_both_modes(lm):
     assert res.ok, res.error
     block = res.tree.nodes[1]
     assert [b.outline for b in block.branches] == ["p", "q"]  # </Outlines> forced after max_branches entries
-    assert _tok_len(tok, block.branches[0].body[0]) <= 6 < _tok_len(tok, "1*2*3*4*5*6*7*8=40320")
+    assert _tok_len(tok, block.branches[0].body[0]) <= 6 < _tok_len(tok, "p\n1*2*3*4*5*6*7*8=40320")
+    assert [b.body[0][:2] for b in block.branches] == ["p\n", "q\n"]  # headers of the kept entries
     assert text.endswith(" done #### 1" + tok.eos_token)  # the main chain resumed its script
     forced = [t for t, smp in zip(r.record.segment_ids, r.record.sampled) if not smp and t > 0]
-    assert len(forced) == 5  # </Outlines> (cap), <Thread> x2, the capped branch's </Thread>, </Parallel>
+    # </Outlines> (cap), <Thread> + header ('p', '\n' / 'q', '\n') x2, the capped </Thread>, </Parallel>
+    assert len(forced) == 5 + 4
 @pytest.mark.parametrize("mode", ["executed", "sequential"])
 def test_trajectory_cap_closes_every_open_block(lm, mode):
     model, tok = lm
@@ -179,12 +183,13 @@ def test_eos_inside_a_branch_closes_that_branch(lm):
     texts = []
     for mode in ("executed", "sequential"):
         scripts = role_scripts(tree, "parason", tok)
+        keep = 1 + _tok_len(tok, thread_header(tree.nodes[0].branches[0].outline)) + 2  # <Thread> header a b
         if mode == "executed":
-            scripts[(0, 0)] = scripts[(0, 0)][:3] + [eos]  # <Thread> a b EOS
+            scripts[(0, 0)] = scripts[(0, 0)][:keep] + [eos]  # ... EOS
         else:
             full = tok.encode(render(tree, "parason"), add_special_tokens=False)
             cut = full.index(tok.convert_tokens_to_ids("<Thread>"))
-            scripts = {(): full[:cut + 3] + [eos] + full[cut + 3:]}
+            scripts = {(): full[:cut + keep] + [eos] + full[cut + keep:]}
         ex = ParallelExecutor(model, tok, ExecutorConfig(mode=mode), Replay([scripts], eos))
         [r] = ex.run([tok.encode("Q: 1\nA:")], SamplingParams(max_new_tokens=200))
         texts.append(tok.decode(r.token_ids, skip_special_tokens=False))

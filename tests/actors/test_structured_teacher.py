@@ -154,13 +154,14 @@ def test_teacher_trace_with_gaps_between_threads_is_refused(lm) -> None:
 
 def test_nested_parason_block_record_equals_executor_record(lm) -> None:
     from actors.executor import ExecutorConfig, ParallelExecutor
+    from actors.executor_format import with_thread_headers
     from formats import SUBTASK, Block, Branch, render
     from formats import Trajectory as Tree
 
     model, tok = lm
     inner = Block((Branch(SUBTASK, ("1+1=2",), "a"), Branch(SUBTASK, ("2+2=4",), "b")))
     outer = Block((Branch(SUBTASK, ("go ", inner, " so 6"), "x"), Branch(SUBTASK, ("3*3=9",), "y")))
-    trace = render(Tree(("Plan. ", outer, "6+9=15 #### 15")), "parason")
+    trace = render(with_thread_headers(Tree(("Plan. ", outer, "6+9=15 #### 15"))), "parason")
     prompt = tok("Q: nested\nA:", add_special_tokens=False)["input_ids"]
     ids, rec = teacher_record(prompt, trace, "parason", tok)
     scripts = [teacher_role_scripts(prompt, trace, "parason", tok)]

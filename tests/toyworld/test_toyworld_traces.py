@@ -8,6 +8,7 @@ import pytest
 from toyworld_checks import check_step, content_tokens, parse_subtask, parse_trial
 
 import toyworld
+from actors.executor_format import thread_header
 from formats import PATH, SUBTASK, TRIAL, Block, compute_metrics, final_segment, parse
 
 ANSWER_LINE = re.compile(r" #### (-?\d+)\Z")
@@ -65,10 +66,17 @@ def test_three_traces_carry_the_same_steps_in_the_same_order(problems):
     for p in problems:
         serial = content_tokens(p.traces["serial"])
         assert content_tokens(p.traces["parallel_r1"]) == serial
-        # Parason adds the outline entries (one per part) before the same steps.
-        n_parts = 1 + p.difficulty
+        # Parason adds the outline entries (one per part) before the same steps, and each thread
+        # opens with its entry (the header the executor forces).
+        tree = parse(p.traces["parason"], "parason").tree
+        outlines = [b.outline for b in tree.nodes[0].branches]
+        assert all(b.body[0].startswith(thread_header(b.outline)) for b in tree.nodes[0].branches)
         parason = content_tokens(p.traces["parason"])
-        assert parason[n_parts:] == serial
+        assert parason[: len(outlines)] == outlines
+        rest = parason[len(outlines):]
+        for o in outlines:  # drop each thread's header
+            rest.pop(rest.index(o))
+        assert rest == serial
 
 
 def test_branches_cover_every_part_of_the_prompt(problems):

@@ -8,7 +8,9 @@ Parallel-R1, half Parason with nesting; ~10% sequential-only, ~10% truncated), t
 
 Prints a table and one final JSON line (``{"bench": "formats", "traj_per_s": ..., ...}``):
 ``traj_per_s``/``mb_per_s`` from wall time, ``traj_per_cpu_s`` from process CPU time (less
-sensitive to other load on the machine), and a CPU calibration figure to compare machines.
+sensitive to other load on the machine), a CPU calibration figure to compare machines, and
+``speedups``: whether the optional C accelerator ``formats._speedups`` was used (build it with
+``pip install -e .``; ``PARALLAX_FORMATS_PURE=1`` measures the pure-Python path).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from formats import PARALLEL_R1, PARASON, compute_metrics, parse
+from formats.units import speedups_enabled
 
 _WORDS = [
     "we",
@@ -177,6 +180,7 @@ def main() -> None:
         "traj_per_cpu_s": round(args.n / best_cpu, 1),
         "us_per_traj": round(best / args.n * 1e6, 2),
         "calib_sum_range_1000_us": round(calib, 2),
+        "speedups": speedups_enabled(),
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
     w = max(len(k) for k in row)

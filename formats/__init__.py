@@ -31,6 +31,9 @@ Metrics:   ``compute_metrics(tree_or_parse_result, spec, tokenizer=None) -> Metr
 Grammar:   ``ebnf(spec) -> str`` (xgrammar EBNF, ``root ::=``), ``compile_grammar(spec, hf_tokenizer)``,
            ``GrammarChecker(spec, hf_tokenizer).accepts(text)``.
 CLI:       ``python -m formats stats FILE.jsonl --format {parallel_r1,parason} [--tokenizer DIR]``.
+Speed:     the optional C extension ``formats._speedups`` (built by ``pip install -e .``) splits and
+           counts in one pass; without it, or with ``PARALLAX_FORMATS_PURE=1``, a pure-Python path
+           gives the same results (:mod:`formats.units`).
 
 Example::
 

@@ -32,6 +32,7 @@ __all__ = [
     "PARASON",
     "FormatSpec",
     "get_spec",
+    "resolve_spec",
 ]
 
 FORMAT_NAMES: tuple[str, ...] = ("parallel_r1", "parason")
@@ -152,6 +153,13 @@ def get_spec(name: str, **overrides) -> FormatSpec:
     if bad:
         raise ValueError(f"unknown FormatSpec field(s) {bad}; valid: {sorted(valid)}")
     return replace(_DEFAULTS[name], **overrides) if overrides else _DEFAULTS[name]
+
+
+def resolve_spec(spec: FormatSpec | str) -> FormatSpec:
+    """Accept a :class:`FormatSpec` or a format name."""
+    if isinstance(spec, FormatSpec):
+        return spec
+    return get_spec(spec)
 
 
 def _dedup(seq):

@@ -21,17 +21,6 @@ from orchestrator.batch import SamplingParams
 
 
 @pytest.fixture(scope="module")
-def lm(tiny_model_path):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield (AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval(),
-           AutoTokenizer.from_pretrained(tiny_model_path))
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
 def masker(lm):
     model, tok = lm
     return GrammarMasker("parason", tok, model.config.vocab_size)

@@ -100,9 +100,9 @@ class RewardWorker:
         self.spec.resolve()  # fail fast on an unknown name or bad params
         self.fallback_reward = fallback_reward
         self.tokenizer = tokenizer
-        self._pool_args = dict(
-            workers=workers, timeout_s=timeout_s, start_method=start_method, max_memory_mb=max_memory_mb
-        )
+        self._pool_args = {
+            "workers": workers, "timeout_s": timeout_s, "start_method": start_method, "max_memory_mb": max_memory_mb
+        }
         self._pool: TimeoutPool | None = None
 
     @property

@@ -95,7 +95,7 @@ def warmup_cosine(step: int, total: int, base_lr: float, warmup_ratio: float) ->
     """
     import math
 
-    warm = max(1, int(round(warmup_ratio * total))) if warmup_ratio > 0 else 0
+    warm = max(1, round(warmup_ratio * total)) if warmup_ratio > 0 else 0
     if step < warm:
         return base_lr * (step + 1) / warm
     progress = (step - warm) / max(1, total - warm)

@@ -43,15 +43,23 @@ class DataConfig:
     # toyworld (synthetic, CPU scale); real datasets come with the data loaders.
     source: str = "toyworld"
     family: str = "mixed"
-    difficulty: int = 1
+    # An int (1..7: 1 + d branches), or a list: each problem's difficulty drawn from it.
+    difficulty: Any = 1
     n_train: int = 2000
     n_test: int = 128
     seed: int = 0
+    # Probability that a train problem's teacher trace has a slip in its merge (a wrong answer),
+    # as a model-written cold start has; the reward still checks the true answer.
+    teacher_error: float = 0.0
     # Which teacher trace the SFT stage imitates: serial | parallel_r1 | parason.
     trace: str = "parallel_r1"
 
     def __post_init__(self) -> None:
         _check(self.n_train > 0 and self.n_test > 0, "data.n_train/n_test", "must be positive")
+        levels = [self.difficulty] if isinstance(self.difficulty, int) else list(self.difficulty or [])
+        _check(bool(levels) and all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= 7 for d in levels),
+               "data.difficulty", f"must be an int in 1..7 or a non-empty list of them, got {self.difficulty!r}")
+        _check(0 <= self.teacher_error < 1, "data.teacher_error", f"must be in [0, 1), got {self.teacher_error}")
         _check(self.trace in ("serial", "parallel_r1", "parason"), "data.trace", f"unknown trace {self.trace!r}")
 
 
@@ -153,6 +161,7 @@ class LearnerConfig:
     lr: float = 1e-4
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
     grad_clip: float = 1.0
     micro_batch_size: int = 32
     # GRPO clip range, separate low/high (DAPO/Parason use 0.2 / 0.28).
@@ -193,6 +202,7 @@ class LearnerConfig:
         _check(self.zero_stage in (0, 1, 2, 3), "learner.zero_stage", f"must be 0-3, got {self.zero_stage}")
         _check(self.lr > 0 and self.sft_lr > 0, "learner.lr/sft_lr", "must be > 0")
         _check(self.micro_batch_size >= 1, "learner.micro_batch_size", "must be >= 1")
+        _check(self.adam_eps > 0, "learner.adam_eps", f"must be > 0, got {self.adam_eps}")
         for key in ("clip_ratio_low", "clip_ratio_high"):
             v = getattr(self, key)
             _check(0 < v <= 1, f"learner.{key}", f"must be in (0, 1], got {v}")

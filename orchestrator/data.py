@@ -21,7 +21,9 @@ def load_problems(cfg: DataConfig) -> tuple[list, list]:
     if cfg.source == "toyworld":
         import toyworld
 
-        return toyworld.make_splits(cfg.n_train, cfg.n_test, cfg.seed, cfg.difficulty, family=cfg.family)
+        levels = cfg.difficulty if isinstance(cfg.difficulty, int) else tuple(int(d) for d in cfg.difficulty)
+        return toyworld.make_splits(cfg.n_train, cfg.n_test, cfg.seed, levels, family=cfg.family,
+                                    teacher_error=cfg.teacher_error)
     raise ValueError(f"data.source={cfg.source!r} is not available yet; valid: toyworld")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
             pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
             if pts:
                 ax.plot(*zip(*pts), style, label="held-out" if key == eval_key else "train batch")
-        stage_starts = [r["step"] for prev, r in zip(rows, rows[1:])
+        stage_starts = [r["step"] for prev, r in itertools.pairwise(rows)
                         if r.get("curriculum/stage") != prev.get("curriculum/stage") and "curriculum/stage" in r]
         for s in stage_starts:
             ax.axvline(s, color="grey", lw=0.6, ls=":")

@@ -88,14 +88,14 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
         pg, placement_group_bundle_index=off["learner"])).remote())
     learner = LearnerGroup(
         "learner", LearnerWorker, lcfg.num_actors, pg, off["learner"], lcfg.num_cpus, lcfg.num_gpus,
-        lambda i: dict(cfg=lcfg, model_path=model_path, dtype=cfg.model.dtype, rank=i,
-                       world_size=lcfg.num_actors, master_addr=addr, master_port=port, seed=cfg.trainer.seed),
+        lambda i: {"cfg": lcfg, "model_path": model_path, "dtype": cfg.model.dtype, "rank": i,
+                       "world_size": lcfg.num_actors, "master_addr": addr, "master_port": port, "seed": cfg.trainer.seed},
         prefix)
     rollout = RolloutGroup(
         "rollout", RolloutWorker, r.num_actors, pg, off["rollout"], r.num_cpus, r.num_gpus,
-        lambda i: dict(cfg=r, model_path=model_path, dtype=cfg.model.dtype,
-                       fmt="parason" if cfg.data.trace == "parason" else "parallel_r1"), prefix)
+        lambda i: {"cfg": r, "model_path": model_path, "dtype": cfg.model.dtype,
+                       "fmt": "parason" if cfg.data.trace == "parason" else "parallel_r1"}, prefix)
     reward = RewardActorGroup(
         "reward", RewardWorker, w.num_actors, pg, off["reward"], w.num_cpus, 0.0,
-        lambda i: dict(reward=w.name, params=dict(w.params), workers=1, timeout_s=w.timeout_s), prefix)
+        lambda i: {"reward": w.name, "params": dict(w.params), "workers": 1, "timeout_s": w.timeout_s}, prefix)
     return Groups(rollout, reward, learner, sync, pg)

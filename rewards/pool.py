@@ -15,12 +15,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, Self
 
 __all__ = ["Outcome", "TimeoutPool"]
 
@@ -174,14 +175,12 @@ class TimeoutPool:
                 w.kill()
         self._workers = []
 
-    def __enter__(self) -> TimeoutPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown: modules may be gone
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass

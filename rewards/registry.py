@@ -125,7 +125,7 @@ def make_params(name: str, params: Mapping[str, Any] | BaseParams | None = None)
     if isinstance(params, cls):
         return params
     if isinstance(params, BaseParams):
-        raise ValueError(f"reward {name!r} takes {cls.__name__}, got {type(params).__name__}")
+        raise ValueError(f"reward {name!r} takes {cls.__name__}, got {type(params).__name__}")  # noqa: TRY004 - bad input, one error type
     params = dict(params or {})
     hints = get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}

@@ -39,6 +39,9 @@ class Problem:
     prompt: str
     answer: str
     traces: dict[str, str] = field(hash=False)
+    #: True when the traces come from a flawed teacher (``make_splits(teacher_error=...)``):
+    #: they are valid text but end with a wrong answer; ``answer`` is still the true one.
+    teacher_flawed: bool = False
 
 
 @dataclass(frozen=True)

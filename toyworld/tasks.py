@@ -19,7 +19,7 @@ import random
 
 from toyworld.problem import MAX_DIFFICULTY, Part, Solution
 
-__all__ = ["check_difficulty", "operand_max", "sample_subtask", "sample_trial", "trial_ok"]
+__all__ = ["check_difficulty", "flawed", "operand_max", "sample_subtask", "sample_trial", "trial_ok"]
 
 _MOD = 10  # the trial check is on the last digit of a product
 
@@ -110,3 +110,25 @@ def _trial_part(c: int, m: int, r: int) -> Part:
     prod = c * m
     verdict = "yes" if trial_ok(c, m, r) else "no"
     return Part(outline=f"x={c}", work=f"{c}*{m}={prod} {prod}%10={prod % _MOD} {verdict}")
+
+
+def flawed(sol: Solution, rng: random.Random) -> Solution:
+    """The same solution with a slip in its merge, as an imperfect (model-written) teacher makes.
+
+    The branches stay right; the merge goes wrong in the family's typical way: a trial merge
+    names a candidate whose branch said ``no``; a subtask sum carries one ten too many or too
+    few.  The answer line follows the merge, so the trace is valid but its answer is wrong.
+
+    >>> _, sol = sample_trial(random.Random(0), 1)
+    >>> bad = flawed(sol, random.Random(0))
+    >>> bad.parts == sol.parts, bad.answer != sol.answer, bad.merge == f"x={bad.answer}"
+    (True, True, True)
+    """
+    if sol.kind == "trial":
+        losers = [int(p.outline.removeprefix("x=")) for p in sol.parts if p.work.endswith(" no")]
+        wrong = rng.choice(losers)
+        return Solution(sol.kind, sol.parts, f"x={wrong}", wrong, sol.key)
+    if sol.kind == "subtask":
+        wrong = sol.answer + (10 if sol.answer < 10 or rng.random() < 0.5 else -10)
+        return Solution(sol.kind, sol.parts, sol.merge.rsplit("=", 1)[0] + f"={wrong}", wrong, sol.key)
+    raise ValueError(f"unknown solution kind {sol.kind!r}")

@@ -77,11 +77,11 @@ def _learners(ray_cluster, model_path, world: int, stage: int):
     from orchestrator.setup import _rendezvous
 
     cfg = _cfg(num_actors=world, zero_stage=stage).learner
-    pg, off = reserve([BundleSpec("learner", world, 0.25, 0.0)], "PACK", name=f"dp{world}-z{stage}")
+    pg, _off = reserve([BundleSpec("learner", world, 0.25, 0.0)], "PACK", name=f"dp{world}-z{stage}")
     addr, port = ray_cluster.get(_rendezvous.remote())
     return LearnerGroup("learner", LearnerWorker, world, pg, 0, 0.25, 0.0,
-                        lambda i: dict(cfg=cfg, model_path=model_path, dtype="float32", rank=i, world_size=world,
-                                       master_addr=addr, master_port=port), f"dp{world}-z{stage}"), pg
+                        lambda i: {"cfg": cfg, "model_path": model_path, "dtype": "float32", "rank": i, "world_size": world,
+                                       "master_addr": addr, "master_port": port}, f"dp{world}-z{stage}"), pg
 
 
 def test_two_learners_zero2_match_one_learner(ray_cluster, tiny_model_path):

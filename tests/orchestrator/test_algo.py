@@ -23,8 +23,8 @@ def test_grpo_advantages_without_std_norm_is_centred_only():
 
 def _loss(logp, old, adv, mask, **kw):
     t = lambda x: torch.tensor([x], dtype=torch.float32)
-    args = dict(clip_low=0.2, clip_high=0.28, agg="token-mean", global_tokens=int(sum(mask)), global_seqs=1,
-                dp_size=1) | kw
+    args = {"clip_low": 0.2, "clip_high": 0.28, "agg": "token-mean", "global_tokens": int(sum(mask)), "global_seqs": 1,
+                "dp_size": 1} | kw
     return algo.policy_loss(t(logp), t(old), t(adv), t(mask), **args)
 
 

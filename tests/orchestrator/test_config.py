@@ -50,10 +50,24 @@ def test_unknown_key_is_reported():
     ("learner.zero_stage=5", "learner.zero_stage"),
     ("rollout.temperature=0", "rollout.temperature"),
     ("logging.wandb_mode=cloud", "logging.wandb_mode"),
+    ("data.difficulty=8", "data.difficulty"),
+    ("data.difficulty=[1,0]", "data.difficulty"),
+    ("data.difficulty=[]", "data.difficulty"),
+    ("learner.adam_eps=0", "learner.adam_eps"),
+    ("data.teacher_error=1.0", "data.teacher_error"),
 ])
 def test_invalid_values_name_their_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         validate(_compose(override))
+
+
+def test_difficulty_mix_reaches_the_problems():
+    from orchestrator.data import load_problems
+
+    cfg = validate(_compose("data.difficulty=[1,2]", "data.n_train=200", "data.n_test=20"))
+    train, test = load_problems(cfg.data)
+    assert {p.difficulty for p in train} == {1, 2} and {p.difficulty for p in test} <= {1, 2}
+    assert validate(_compose("data.difficulty=3")).data.difficulty == 3
 
 
 def test_batch_must_split_across_learners():
@@ -72,7 +86,7 @@ def test_cli_reports_config_error_before_ray(tmp_path):
 
     out = subprocess.run([sys.executable, "-m", "orchestrator", "learner.clip_ratio_high=2",
                           f"hydra.run.dir={tmp_path}"], capture_output=True, text=True, timeout=120,
-                         cwd=CONF.parent)
+                         cwd=CONF.parent, check=False)
     assert out.returncode == 2
     assert "learner.clip_ratio_high" in out.stderr
     assert "ray" not in out.stderr.lower()  # failed before any Ray start

@@ -58,6 +58,7 @@ def test_python_dash_m_rewards_list():
     r = subprocess.run(
         [sys.executable, "-m", "rewards", "list"],
         cwd=ROOT,
+        check=False,
         capture_output=True,
         text=True,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},

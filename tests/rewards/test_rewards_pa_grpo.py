@@ -36,7 +36,7 @@ def test_transform_and_clip():
     assert acceleration(0.5, rho=1.0, rho_clip=0.2) == 0.2  # clipped
 
 
-KW = dict(alpha=0.1, beta_sub=0.1, beta_trial=0.05, rho=0.5, rho_clip=0.2)
+KW = {"alpha": 0.1, "beta_sub": 0.1, "beta_trial": 0.05, "rho": 0.5, "rho_clip": 0.2}
 T3, SUB3, TRIAL3, ETA3 = [10, 20, 30], [0.0, 0.3, 0.6], [0.2, 0.2, 0.2], [0.5, 0.1, 0.0]
 
 
@@ -66,15 +66,15 @@ def test_pa_grpo_three_samples(correct, kw, expected):
     "T, kw, expected",
     [
         # alpha only, linear: z_T = [-1, 1] -> R = -1 + 2*(1 -+ 0.1) = [1.2, 0.8]
-        ([10, 30], dict(alpha=0.1, f="linear"), [1.2, 0.8]),
+        ([10, 30], {"alpha": 0.1, "f": "linear"}, [1.2, 0.8]),
         # alpha only, sigmoid: f(-1) = 0.268941, f(1) = 0.731059
         # R = -1 + 2*(1 - 0.0268941) = 0.946212 ; -1 + 2*(1 - 0.0731059) = 0.853788
-        ([10, 30], dict(alpha=0.1, f="sigmoid"), [0.946212, 0.853788]),
+        ([10, 30], {"alpha": 0.1, "f": "sigmoid"}, [0.946212, 0.853788]),
         # sample std: std = sqrt(200/1) = 14.142, z = -+0.707107 -> R = -1 + 2*(1 +- 0.0707107)
-        ([10, 30], dict(alpha=0.1, f="linear", ddof=1), [1.141421, 0.858579]),
+        ([10, 30], {"alpha": 0.1, "f": "linear", "ddof": 1}, [1.141421, 0.858579]),
         # all-equal T: z = 0 -> R = 1 (linear) ; sigmoid: -1 + 2*(1 - 0.1*0.5) = 0.9
-        ([5, 5], dict(alpha=0.1, f="linear"), [1.0, 1.0]),
-        ([5, 5], dict(alpha=0.1, f="sigmoid"), [0.9, 0.9]),
+        ([5, 5], {"alpha": 0.1, "f": "linear"}, [1.0, 1.0]),
+        ([5, 5], {"alpha": 0.1, "f": "sigmoid"}, [0.9, 0.9]),
     ],
 )
 def test_pa_grpo_latency_term(T, kw, expected):
@@ -156,7 +156,7 @@ def test_pa_grpo_end_to_end_on_parason_texts():
         "pa_grpo",
         [PAR, SER, SER.replace("#### 42", "#### 41")],
         "42",
-        params=dict(alpha=0.1, beta_sub=0.1, beta_trial=0.05, rho=1.0, rho_clip=0.2),
+        params={"alpha": 0.1, "beta_sub": 0.1, "beta_trial": 0.05, "rho": 1.0, "rho_clip": 0.2},
     )
     assert out.correct == [True, True, False]
     # T = [17, 5, 5]: mean 9, deviations 8, -4, -4, pop std sqrt(96/3) = 5.657 -> z = 1.414, -0.707, -0.707

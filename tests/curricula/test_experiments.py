@@ -69,7 +69,11 @@ def test_cpu_scale_composes_and_is_small(name):
     cfg = _compose(f"+experiment={name}")
     cur = cfg.curriculum.build(cfg.reward, cfg.trainer)
     assert cfg.model.path is None and cfg.rollout.engine == "hf"  # the tiny model, on CPU
-    assert cur.total_steps <= 120 and all(s.data is None for s in cur.stages)  # the run's toy data
+    # Small enough for a CPU: RL steps (~3 s each) stay few; an SFT warm start (~1 s a step) may be
+    # as long as the default run's 600 steps, which the tiny model needs to learn the arithmetic.
+    assert sum(s.steps for s in cur.stages if s.kind == "rl") <= 120
+    assert all(s.steps <= 600 for s in cur.stages if s.kind == "sft")
+    assert all(s.data is None for s in cur.stages)  # the run's toy data
     if name in PAPER:  # same stages and rewards as the paper, only the numbers shrink
         paper = _compose(f"+experiment=paper/{name}")
         paper_cur = paper.curriculum.build(paper.reward, paper.trainer)

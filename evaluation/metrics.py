@@ -7,6 +7,8 @@ Definitions (a *problem* has k samples; benchmark numbers average over problems,
   averaged over problems; defined for ``j <= n``.
 * ``parallel_ratio`` (#Parallel, Parason's trigger rate) -- share of samples whose text is well formed
   in the format AND holds at least one parallel block.  ``format_valid`` -- share of well-formed texts.
+* ``answered`` -- share of samples with a final answer :func:`rewards.extract.extract_answer` can
+  read (``#### x``, ``\\boxed{x}`` or ``Answer: x``); a sample without one scores 0 whatever it did.
 * ``first_parallel_pos`` -- mean, over samples with a block, of (token index of the first
   ``<Parallel>``) / (total tokens)  (Parallel-R1 Figure 3).
 * ``total_tokens`` / ``critical_path_tokens`` (T, latency) -- means over samples, from
@@ -33,6 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import formats
+from rewards.extract import extract_answer
 
 __all__ = [
     "PAPER_BUDGETS",
@@ -86,6 +89,7 @@ def sample_stats(text: str, fmt: str, tokenizer: Any = None) -> dict[str, Any]:
     crit = int(st["critical_path_tokens"]) if valid else total  # malformed: nothing runs in parallel
     return {
         "valid": valid,
+        "answered": extract_answer(text) is not None,  # a final answer the verifier can read
         "has_parallel": valid and bool(st["num_blocks"]),
         "total_tokens": total,
         "critical_path_tokens": crit,
@@ -164,6 +168,7 @@ def _summary(rows: list[list[dict]], k: int, pass_ks: Sequence[int], budgets: Se
             out[f"pass@{j}"] = sum(pass_at_k(k, sum(r["correct"] for r in row), j) for row in rows) / n_prob
     out["parallel_ratio"] = sum(r["has_parallel"] for r in flat) / len(flat)
     out["format_valid"] = sum(r["valid"] for r in flat) / len(flat)
+    out["answered"] = sum(r["answered"] for r in flat) / len(flat)
     pos = [r["first_parallel_pos"] for r in flat if r["has_parallel"] and r["first_parallel_pos"] is not None]
     out["first_parallel_pos"] = sum(pos) / len(pos) if pos else None
     tot = sum(r["total_tokens"] for r in flat) / len(flat)

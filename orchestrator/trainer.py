@@ -217,6 +217,7 @@ class Trainer:
                    for x, c in zip(trajs, correct)]
         detail = flatten_metrics(evaluate_outputs(samples, self.fmt, k or 1, budgets=tcfg.eval_budgets))
         table["eval/acc"] = mean(correct)
+        table["eval/answered"] = detail["eval/heldout/answered"]
         if k:
             table[f"eval/pass@{k}"] = detail[f"eval/heldout/pass@{k}"]
         else:

@@ -46,40 +46,47 @@ def _difficulties(difficulty: Difficulty) -> tuple[int, ...]:
 
 
 def _stream(
-    family: str, rng: random.Random, difficulty: Difficulty, tag: str, teacher_error: float = 0.0
+    family: str, rng: random.Random, difficulty: Difficulty, tag: str, teacher_error: float = 0.0,
+    teacher_no_answer: float = 0.0,
 ) -> Iterator[tuple[Problem, tuple]]:
     """Endless ``(problem, identity key)`` pairs; ``mixed`` alternates subtask, trial, ...
 
     With ``teacher_error`` p, each problem's traces are, with probability p, rendered from a
-    :func:`~toyworld.tasks.flawed` solution (the answer stays the true one).  The slips draw
-    from their own stream, so the problems are the same for every p.
+    :func:`~toyworld.tasks.flawed` solution (the answer stays the true one).  With
+    ``teacher_no_answer`` q, each problem's traces, with probability q, stop before the final
+    ``#### answer`` line.  Each kind of slip draws from its own stream, so the problems (and the
+    other kind's slips) are the same for every p and q.
     """
     _check_family(family)
-    _check_error(teacher_error)
+    _check_error(teacher_error, "teacher_error")
+    _check_error(teacher_no_answer, "teacher_no_answer")
     levels = _difficulties(difficulty)
     slips = random.Random(f"{tag}/teacher_error")
+    drops = random.Random(f"{tag}/teacher_no_answer")
     i = 0
     while True:
         fam = FAMILIES[i % len(FAMILIES)] if family == "mixed" else family
         d = levels[0] if len(levels) == 1 else rng.choice(levels)
         prompt, sol = _SAMPLERS[fam](rng, d)
         slip = teacher_error > 0 and slips.random() < teacher_error
+        drop = teacher_no_answer > 0 and drops.random() < teacher_no_answer
         problem = Problem(
             uid=f"{tag}-{i}",
             family=fam,
             difficulty=d,
             prompt=prompt,
             answer=str(sol.answer),
-            traces=render_all(flawed(sol, slips) if slip else sol),
+            traces=render_all(flawed(sol, slips) if slip else sol, answer_line=not drop),
             teacher_flawed=slip,
+            teacher_no_answer=drop,
         )
         yield problem, sol.key
         i += 1
 
 
-def _check_error(p: float) -> float:
+def _check_error(p: float, name: str) -> float:
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
-        raise ValueError(f"teacher_error must be a probability in [0, 1), got {p!r}")
+        raise ValueError(f"{name} must be a probability in [0, 1), got {p!r}")
     return p
 
 
@@ -132,11 +139,12 @@ def _take(
 def make_splits(
     n_train: int, n_test: int, seed: int, difficulty: Difficulty = 1, family: str = "mixed",
     teacher_error: float = 0.0,
+    teacher_no_answer: float = 0.0,
 ) -> tuple[list[Problem], list[Problem]]:
     """Disjoint train and test sets.
 
-    ``teacher_error`` makes the train traces those of an imperfect teacher (see
-    :func:`_stream`); test traces are always right.
+    ``teacher_error`` and ``teacher_no_answer`` make the train traces those of an imperfect
+    teacher (see :func:`_stream`); test traces are always right.
 
     Test problems are distinct, and no train problem equals a test problem even up to
     reordering (``3*4+5*6`` vs ``6*5+4*3``; the same trial candidates in another order), so
@@ -158,7 +166,8 @@ def make_splits(
     )
     test = _take(test_stream, n_test, seen, "test", distinct=True)
     train_stream = _stream(
-        family, random.Random(f"toyworld/train/{family}/{seed}"), difficulty, f"train-s{seed}", teacher_error
+        family, random.Random(f"toyworld/train/{family}/{seed}"), difficulty, f"train-s{seed}", teacher_error,
+        teacher_no_answer,
     )
     train = _take(train_stream, n_train, seen, "train", distinct=False)
     return train, test

@@ -42,6 +42,9 @@ class Problem:
     #: True when the traces come from a flawed teacher (``make_splits(teacher_error=...)``):
     #: they are valid text but end with a wrong answer; ``answer`` is still the true one.
     teacher_flawed: bool = False
+    #: True when the traces stop before the final ``#### answer`` line, as a teacher that
+    #: forgot it writes (``make_splits(teacher_no_answer=...)``); the reward then finds no answer.
+    teacher_no_answer: bool = False
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ def _check_text(sol: Solution) -> None:
         raise ValueError(f"unknown solution kind {sol.kind!r}; valid: {', '.join(_PARASON_KIND)}")
 
 
-def render_serial(sol: Solution) -> str:
+def render_serial(sol: Solution, answer_line: bool = True) -> str:
     """Same steps as the parallel traces, one after another, no tags.
 
     >>> from toyworld.problem import Part
@@ -66,27 +66,28 @@ def render_serial(sol: Solution) -> str:
     '3*4=12 5*6=30 12+30=42 #### 42'
     """
     _check_text(sol)
-    return " ".join([p.work for p in sol.parts] + [sol.merge]) + final_line(sol.answer)
+    return " ".join([p.work for p in sol.parts] + [sol.merge]) + (final_line(sol.answer) if answer_line else "")
 
 
-def parallel_r1_tree(sol: Solution) -> Trajectory:
+def parallel_r1_tree(sol: Solution, answer_line: bool = True) -> Trajectory:
     """One block: a Path per part, the merge as its Summary, then the answer line."""
     _check_text(sol)
     paths = tuple(FormatBranch(PATH, (p.work,)) for p in sol.parts)
-    return Trajectory((Block(paths, summary=sol.merge), final_line(sol.answer)))
+    tail = (final_line(sol.answer),) if answer_line else ()
+    return Trajectory((Block(paths, summary=sol.merge), *tail))
 
 
-def parason_tree(sol: Solution) -> Trajectory:
+def parason_tree(sol: Solution, answer_line: bool = True) -> Trajectory:
     """One block: a Subtask (AND) or Trial (OR) entry and a Thread per part, each thread opening
     with its entry's header; the merge then continues the main chain after the block."""
     _check_text(sol)
     kind = _PARASON_KIND[sol.kind]
     threads = tuple(FormatBranch(kind, (thread_header(p.outline) + p.work,), outline=p.outline)
                     for p in sol.parts)
-    return Trajectory((Block(threads), sol.merge + final_line(sol.answer)))
+    return Trajectory((Block(threads), sol.merge + (final_line(sol.answer) if answer_line else "")))
 
 
-def render_parallel_r1(sol: Solution, spec: FormatSpec = PARALLEL_R1) -> str:
+def render_parallel_r1(sol: Solution, spec: FormatSpec = PARALLEL_R1, answer_line: bool = True) -> str:
     """Parallel-R1 trace text.
 
     >>> from toyworld.problem import Part
@@ -94,10 +95,10 @@ def render_parallel_r1(sol: Solution, spec: FormatSpec = PARALLEL_R1) -> str:
     >>> render_parallel_r1(s)
     '<Parallel><Path>2*7=14 14%10=4 no</Path><Path>3*7=21 21%10=1 yes</Path><Summary>x=3</Summary></Parallel> #### 3'
     """
-    return render(parallel_r1_tree(sol), spec)
+    return render(parallel_r1_tree(sol, answer_line), spec)
 
 
-def render_parason(sol: Solution, spec: FormatSpec = PARASON) -> str:
+def render_parason(sol: Solution, spec: FormatSpec = PARASON, answer_line: bool = True) -> str:
     """Parason trace text.
 
     >>> from toyworld.problem import Part
@@ -105,13 +106,14 @@ def render_parason(sol: Solution, spec: FormatSpec = PARASON) -> str:
     >>> render_parason(s)[:64]
     '<Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask>'
     """
-    return render(parason_tree(sol), spec)
+    return render(parason_tree(sol, answer_line), spec)
 
 
-def render_all(sol: Solution) -> dict[str, str]:
-    """All three traces, keyed as :data:`toyworld.problem.TRACE_KINDS`."""
+def render_all(sol: Solution, answer_line: bool = True) -> dict[str, str]:
+    """All three traces, keyed as :data:`toyworld.problem.TRACE_KINDS`; without the final
+    ``#### answer`` line when ``answer_line`` is False (a teacher that forgot it)."""
     return {
-        "serial": render_serial(sol),
-        "parallel_r1": render_parallel_r1(sol),
-        "parason": render_parason(sol),
+        "serial": render_serial(sol, answer_line),
+        "parallel_r1": render_parallel_r1(sol, answer_line=answer_line),
+        "parason": render_parason(sol, answer_line=answer_line),
     }

@@ -55,6 +55,8 @@ def test_unknown_key_is_reported():
     ("data.difficulty=[]", "data.difficulty"),
     ("learner.adam_eps=0", "learner.adam_eps"),
     ("data.teacher_error=1.0", "data.teacher_error"),
+    ("data.teacher_no_answer=-0.1", "data.teacher_no_answer"),
+    ("data.teacher_no_answer=1.0", "data.teacher_no_answer"),
 ])
 def test_invalid_values_name_their_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
@@ -68,6 +70,16 @@ def test_difficulty_mix_reaches_the_problems():
     train, test = load_problems(cfg.data)
     assert {p.difficulty for p in train} == {1, 2} and {p.difficulty for p in test} <= {1, 2}
     assert validate(_compose("data.difficulty=3")).data.difficulty == 3
+
+
+def test_teacher_no_answer_reaches_the_train_traces_only():
+    from orchestrator.data import load_problems
+
+    cfg = validate(_compose("data.teacher_no_answer=0.5", "data.n_train=400", "data.n_test=40"))
+    train, test = load_problems(cfg.data)
+    dropped = [p for p in train if p.teacher_no_answer]
+    assert 150 < len(dropped) < 250 and not any(p.teacher_no_answer for p in test)
+    assert all(" #### " not in t for p in dropped for t in p.traces.values())
 
 
 def test_batch_must_split_across_learners():

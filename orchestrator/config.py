@@ -54,6 +54,9 @@ class DataConfig:
     # Probability that a train problem's teacher trace stops before its final "#### answer" line
     # (a teacher that forgot it): SFT copies the habit, the reward finds no answer there.
     teacher_no_answer: float = 0.0
+    # Probability that a train problem's teacher trace is serial instead of parallel (a cold start
+    # that forks only sometimes, as Parallel-SFT's 95.6% #Parallel): RL then can move #Parallel.
+    teacher_serial: float = 0.0
     # Which teacher trace the SFT stage imitates: serial | parallel_r1 | parason.
     trace: str = "parallel_r1"
 
@@ -62,7 +65,7 @@ class DataConfig:
         levels = [self.difficulty] if isinstance(self.difficulty, int) else list(self.difficulty or [])
         _check(bool(levels) and all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= 7 for d in levels),
                "data.difficulty", f"must be an int in 1..7 or a non-empty list of them, got {self.difficulty!r}")
-        for key in ("teacher_error", "teacher_no_answer"):
+        for key in ("teacher_error", "teacher_no_answer", "teacher_serial"):
             p = getattr(self, key)
             _check(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p < 1, f"data.{key}",
                    f"must be in [0, 1), got {p!r}")

@@ -23,7 +23,8 @@ def load_problems(cfg: DataConfig) -> tuple[list, list]:
 
         levels = cfg.difficulty if isinstance(cfg.difficulty, int) else tuple(int(d) for d in cfg.difficulty)
         return toyworld.make_splits(cfg.n_train, cfg.n_test, cfg.seed, levels, family=cfg.family,
-                                    teacher_error=cfg.teacher_error, teacher_no_answer=cfg.teacher_no_answer)
+                                    teacher_error=cfg.teacher_error, teacher_no_answer=cfg.teacher_no_answer,
+                                    teacher_serial=cfg.teacher_serial)
     raise ValueError(f"data.source={cfg.source!r} is not available yet; valid: toyworld")
 
 

@@ -47,22 +47,26 @@ def _difficulties(difficulty: Difficulty) -> tuple[int, ...]:
 
 def _stream(
     family: str, rng: random.Random, difficulty: Difficulty, tag: str, teacher_error: float = 0.0,
-    teacher_no_answer: float = 0.0,
+    teacher_no_answer: float = 0.0, teacher_serial: float = 0.0,
 ) -> Iterator[tuple[Problem, tuple]]:
     """Endless ``(problem, identity key)`` pairs; ``mixed`` alternates subtask, trial, ...
 
     With ``teacher_error`` p, each problem's traces are, with probability p, rendered from a
     :func:`~toyworld.tasks.flawed` solution (the answer stays the true one).  With
     ``teacher_no_answer`` q, each problem's traces, with probability q, stop before the final
-    ``#### answer`` line.  Each kind of slip draws from its own stream, so the problems (and the
-    other kind's slips) are the same for every p and q.
+    ``#### answer`` line.  With ``teacher_serial`` s, each problem's parallel traces, with
+    probability s, are its serial trace (a teacher that forks only sometimes).  Each kind of slip
+    draws from its own stream, so the problems (and the other kinds' slips) are the same for
+    every p, q and s.
     """
     _check_family(family)
     _check_error(teacher_error, "teacher_error")
     _check_error(teacher_no_answer, "teacher_no_answer")
+    _check_error(teacher_serial, "teacher_serial")
     levels = _difficulties(difficulty)
     slips = random.Random(f"{tag}/teacher_error")
     drops = random.Random(f"{tag}/teacher_no_answer")
+    serials = random.Random(f"{tag}/teacher_serial")
     i = 0
     while True:
         fam = FAMILIES[i % len(FAMILIES)] if family == "mixed" else family
@@ -70,15 +74,20 @@ def _stream(
         prompt, sol = _SAMPLERS[fam](rng, d)
         slip = teacher_error > 0 and slips.random() < teacher_error
         drop = teacher_no_answer > 0 and drops.random() < teacher_no_answer
+        serial = teacher_serial > 0 and serials.random() < teacher_serial
+        traces = render_all(flawed(sol, slips) if slip else sol, answer_line=not drop)
+        if serial:
+            traces = {kind: traces["serial"] for kind in traces}
         problem = Problem(
             uid=f"{tag}-{i}",
             family=fam,
             difficulty=d,
             prompt=prompt,
             answer=str(sol.answer),
-            traces=render_all(flawed(sol, slips) if slip else sol, answer_line=not drop),
+            traces=traces,
             teacher_flawed=slip,
             teacher_no_answer=drop,
+            teacher_serial=serial,
         )
         yield problem, sol.key
         i += 1
@@ -140,11 +149,12 @@ def make_splits(
     n_train: int, n_test: int, seed: int, difficulty: Difficulty = 1, family: str = "mixed",
     teacher_error: float = 0.0,
     teacher_no_answer: float = 0.0,
+    teacher_serial: float = 0.0,
 ) -> tuple[list[Problem], list[Problem]]:
     """Disjoint train and test sets.
 
-    ``teacher_error`` and ``teacher_no_answer`` make the train traces those of an imperfect
-    teacher (see :func:`_stream`); test traces are always right.
+    ``teacher_error``, ``teacher_no_answer`` and ``teacher_serial`` make the train traces those
+    of an imperfect teacher (see :func:`_stream`); test traces are always right.
 
     Test problems are distinct, and no train problem equals a test problem even up to
     reordering (``3*4+5*6`` vs ``6*5+4*3``; the same trial candidates in another order), so
@@ -167,7 +177,7 @@ def make_splits(
     test = _take(test_stream, n_test, seen, "test", distinct=True)
     train_stream = _stream(
         family, random.Random(f"toyworld/train/{family}/{seed}"), difficulty, f"train-s{seed}", teacher_error,
-        teacher_no_answer,
+        teacher_no_answer, teacher_serial,
     )
     train = _take(train_stream, n_train, seen, "train", distinct=False)
     return train, test

@@ -45,6 +45,9 @@ class Problem:
     #: True when the traces stop before the final ``#### answer`` line, as a teacher that
     #: forgot it writes (``make_splits(teacher_no_answer=...)``); the reward then finds no answer.
     teacher_no_answer: bool = False
+    #: True when the teacher did not fork on this problem (``make_splits(teacher_serial=...)``):
+    #: every trace kind holds the serial trace.
+    teacher_serial: bool = False
 
 
 @dataclass(frozen=True)

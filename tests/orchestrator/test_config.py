@@ -57,6 +57,7 @@ def test_unknown_key_is_reported():
     ("data.teacher_error=1.0", "data.teacher_error"),
     ("data.teacher_no_answer=-0.1", "data.teacher_no_answer"),
     ("data.teacher_no_answer=1.0", "data.teacher_no_answer"),
+    ("data.teacher_serial=1.0", "data.teacher_serial"),
 ])
 def test_invalid_values_name_their_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
@@ -80,6 +81,17 @@ def test_teacher_no_answer_reaches_the_train_traces_only():
     dropped = [p for p in train if p.teacher_no_answer]
     assert 150 < len(dropped) < 250 and not any(p.teacher_no_answer for p in test)
     assert all(" #### " not in t for p in dropped for t in p.traces.values())
+
+
+def test_teacher_serial_reaches_the_train_traces_only():
+    from orchestrator.data import load_problems
+
+    cfg = validate(_compose("data.teacher_serial=0.5", "data.n_train=400", "data.n_test=40"))
+    train, test = load_problems(cfg.data)
+    serial = [p for p in train if p.teacher_serial]
+    assert 150 < len(serial) < 250 and not any(p.teacher_serial for p in test)
+    assert all(p.traces["parallel_r1"] == p.traces["serial"] for p in serial)
+    assert all("<Parallel>" in p.traces["parallel_r1"] for p in train if not p.teacher_serial)
 
 
 def test_batch_must_split_across_learners():

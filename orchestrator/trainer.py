@@ -41,8 +41,14 @@ def prepare_model(cfg: ParallaxConfig, run_dir: Path) -> str:
     return str(build_tiny_model(run_dir / "model_init", cfg.model.tiny, tokenizer_corpus(cfg.data)))
 
 
-def trajectory_stats(trajs: list[Trajectory], fmt: str, prefix: str) -> dict[str, float]:
-    """Parallel-structure metrics of generated texts through the format package."""
+def trajectory_stats(trajs: list[Trajectory], fmt: str, prefix: str,
+                     correct: list[bool] | None = None) -> dict[str, float]:
+    """Parallel-structure metrics of generated texts through the format package.
+
+    With ``correct`` (one flag per trajectory), also the accuracy of the samples that fork
+    (``acc_parallel``: well formed, at least one block) and of the others (``acc_serial``), each
+    only when such samples exist: which of the two an accuracy-only reward favours.
+    """
     from formats import text_stats
 
     stats = [text_stats(t.text, fmt) for t in trajs]
@@ -51,6 +57,14 @@ def trajectory_stats(trajs: list[Trajectory], fmt: str, prefix: str) -> dict[str
            f"{prefix}/valid": mean(bool(s["valid"]) for s in stats),
            # Well-formed AND holding at least one parallel block: the format SFT must teach.
            f"{prefix}/valid_parallel": len(valid) / len(stats)}
+    if correct is not None:
+        if len(correct) != len(stats):
+            raise ValueError(f"{len(correct)} correctness flags for {len(stats)} trajectories")
+        forks = [s["valid"] and bool(s["has_parallel"]) for s in stats]
+        for name, want in (("acc_parallel", True), ("acc_serial", False)):
+            picked = [bool(c) for c, f in zip(correct, forks) if f == want]
+            if picked:
+                out[f"{prefix}/{name}"] = mean(picked)
     if valid:
         out[f"{prefix}/first_pos"] = mean(s["first_parallel_pos"] for s in valid)
         out[f"{prefix}/speedup"] = mean(s["speedup"] for s in valid)
@@ -142,7 +156,7 @@ class Trainer:
             with t("sync"):
                 g.sync.push(g.learner, g.rollout)
         lengths = [len(x.response_ids) for x in trajs]
-        return {**scored.metrics, **stats, **t.times, **trajectory_stats(trajs, self.fmt, "parallel"),
+        return {**scored.metrics, **stats, **t.times, **trajectory_stats(trajs, self.fmt, "parallel", [c for g in scored.correct for c in g]),
                 "response/length": mean(lengths), "response/clip_ratio": mean(x.finish_reason == "length"
                                                                               for x in trajs),
                 "throughput/tokens_per_s": sum(lengths) / t.times["timing/generate"]}
@@ -222,7 +236,7 @@ class Trainer:
             table[f"eval/pass@{k}"] = detail[f"eval/heldout/pass@{k}"]
         else:
             table.pop("eval/acc_greedy")  # greedy only: it is eval/acc
-        table |= trajectory_stats(trajs, self.fmt, "eval/parallel")
+        table |= trajectory_stats(trajs, self.fmt, "eval/parallel", correct)
         table |= {f"eval/acc@{b}": detail[f"eval/heldout/acc@{b}"] for b in tcfg.eval_budgets
                   if f"eval/heldout/acc@{b}" in detail}
         return table | {k: v for k, v in detail.items() if k not in table}

@@ -49,11 +49,14 @@ class Logger:
     def run_id(self) -> str:
         return self.run.id
 
-    def log(self, metrics: dict[str, Any], step: int) -> None:
+    def log(self, metrics: dict[str, Any], step: int, advance: bool = True) -> None:
+        """Record ``metrics`` at ``step``; ``advance`` moves the progress bar (a training step,
+        not an evaluation logged between steps)."""
         self.run.log(metrics, step=step)
         self.jsonl.write(json.dumps({"step": step, **metrics}) + "\n")
         self.jsonl.flush()
-        self.bar.update(1)
+        if advance:
+            self.bar.update(1)
         if self.cfg.print_every and step % self.cfg.print_every == 0:
             shown = {k.split("/")[-1]: metrics[k] for k in _CONSOLE_KEYS if k in metrics}
             self.bar.write(f"step {step:4d} " + " ".join(

@@ -29,6 +29,7 @@ from orchestrator.config import ParallaxConfig
 from orchestrator.data import StageStreams, load_problems, sft_batch, to_prompts, tokenizer_corpus
 from orchestrator.logger import Logger, Timer
 from orchestrator.setup import Groups, build_groups, start_cluster
+from orchestrator.stage_table import format_table, in_table
 from orchestrator.structured import build_train_batch, structured_sft_batch
 
 
@@ -121,7 +122,7 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         if self.cfg.trainer.eval_after_stage and self.curriculum.global_step == 0:
             self.stage_table.append({"stage": "init", **{k: v for k, v in self.evaluate().items()
-                                                         if _in_table(k)}})
+                                                         if in_table(k)}})
         while not self.curriculum.done:
             stage, step = self.curriculum.stage, self.curriculum.global_step
             metrics = self.sft_step(stage) if stage.kind == "sft" else self.rl_step(stage, step)
@@ -135,7 +136,7 @@ class Trainer:
                 if self.cfg.trainer.eval_every and (step + 1) % self.cfg.trainer.eval_every == 0:
                     if stage.kind == "sft":  # SFT does not sync every step: give the engines the weights
                         self.groups.sync.push(self.groups.learner, self.groups.rollout)
-                    self.logger.log(self.evaluate(), step + 1)
+                    self.logger.log(self.evaluate(), step + 1, advance=False)
                 if self.cfg.trainer.save_every and (step + 1) % self.cfg.trainer.save_every == 0:
                     self.save()
         return self.finish()
@@ -247,9 +248,9 @@ class Trainer:
             self.groups.sync.push(self.groups.learner, self.groups.rollout)
         if self.cfg.trainer.eval_after_stage:
             metrics = self.evaluate()
-            self.logger.log(metrics, self.curriculum.global_step)
+            self.logger.log(metrics, self.curriculum.global_step, advance=False)
             self.stage_table.append({"stage": stage.name, **{k: v for k, v in metrics.items()
-                                                             if _in_table(k)}})
+                                                             if in_table(k)}})
         self.save()
 
     def save(self) -> Path:
@@ -288,8 +289,8 @@ class Trainer:
         from orchestrator.plots import plot_run
 
         summary["plot"] = str(plot_run(self.run_dir))
-        self.logger.write(format_table(self.stage_table))
         self.logger.close({f"final/{k}": v for k, v in (self.stage_table[-1] if self.stage_table else {}).items()})
+        print(format_table(self.stage_table, self.cfg.trainer.eval_samples), flush=True)  # after the bar
         self.groups.shutdown()
         return summary
 
@@ -303,22 +304,6 @@ def reward_spec(stage: Stage, run_reward, fmt: str):
     name, params = ((stage.reward, dict(stage.reward_params)) if stage.reward
                     else (run_reward.name, dict(run_reward.params)))
     return RewardSpec(name, {"format": fmt, **params})
-
-
-def format_table(rows: list[dict[str, Any]]) -> str:
-    """Per-stage held-out table for the console."""
-    if not rows:
-        return "(no evaluation)"
-    cols = ["stage"] + sorted({k for r in rows for k in r} - {"stage"})
-    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)
-    lines = [" | ".join(cols), " | ".join("---" for _ in cols)]
-    lines += [" | ".join(fmt(r.get(c, "")) for c in cols) for r in rows]
-    return "\n".join(lines)
-
-
-def _in_table(key: str) -> bool:
-    """The per-stage table keeps the headline columns; the full breakdown goes to W&B and metrics.jsonl."""
-    return not key.startswith(("eval/heldout/", "eval/overall/"))
 
 
 def _mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:

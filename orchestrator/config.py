@@ -284,12 +284,13 @@ class LoggingConfig:
     group: str | None = None
     run_name: str | None = None
     progress_bar: bool = True
-    # Print a metrics line every N steps.
-    print_every: int = 1
+    # Print a metrics line every N steps (0: none).
+    print_every: int = 10
 
     def __post_init__(self) -> None:
         _check(self.wandb_mode in ("offline", "online", "disabled"), "logging.wandb_mode",
                f"unknown mode {self.wandb_mode!r}")
+        _check(self.print_every >= 0, "logging.print_every", f"must be >= 0, got {self.print_every}")
 
 
 @dataclass

@@ -58,6 +58,7 @@ def test_unknown_key_is_reported():
     ("data.teacher_no_answer=-0.1", "data.teacher_no_answer"),
     ("data.teacher_no_answer=1.0", "data.teacher_no_answer"),
     ("data.teacher_serial=1.0", "data.teacher_serial"),
+    ("logging.print_every=-1", "logging.print_every"),
 ])
 def test_invalid_values_name_their_key(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):

@@ -68,9 +68,6 @@ class Logger:
 
         self.run.log({name: wandb.Table(columns=columns, data=rows)}, step=step)
 
-    def write(self, msg: str) -> None:
-        self.bar.write(msg)
-
     def close(self, summary: dict[str, Any]) -> None:
         for k, v in summary.items():
             self.run.summary[k] = v

@@ -157,7 +157,8 @@ class Trainer:
             with t("sync"):
                 g.sync.push(g.learner, g.rollout)
         lengths = [len(x.response_ids) for x in trajs]
-        return {**scored.metrics, **stats, **t.times, **trajectory_stats(trajs, self.fmt, "parallel", [c for g in scored.correct for c in g]),
+        correct = [c for group in scored.correct for c in group]
+        return {**scored.metrics, **stats, **t.times, **trajectory_stats(trajs, self.fmt, "parallel", correct),
                 "response/length": mean(lengths), "response/clip_ratio": mean(x.finish_reason == "length"
                                                                               for x in trajs),
                 "throughput/tokens_per_s": sum(lengths) / t.times["timing/generate"]}

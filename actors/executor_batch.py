@@ -4,7 +4,8 @@ A *row* is one engine request: a KV history (one column per token it has seen, i
 the position id of its next token and the token to feed next. `RowBatch.step` feeds one token
 per row and returns the next-token logits of every row. Rows join and leave the batch only at
 fork / join / finish events; `RowBatch.regroup` then rebuilds the padded cache once for the
-whole new set of rows, so the steady state is plain batched decoding.
+whole new set of rows, so the steady state is plain batched decoding (`actors.decode_kv`: no
+per-step cache copies).
 
 Why per-row histories are enough for parallel execution: a branch row's history is the parent's
 history (the shared prefix, copied) and the continuation after a join is the parent's history
@@ -17,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from actors.decode_kv import KVDecoder
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: K, V [Hkv, n, D]
 
@@ -40,8 +43,7 @@ class RowBatch:
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
         self.rows: list[RowState] = []
-        self.cache = None  # DynamicCache, [R, Hkv, W, D] per layer
-        self.mask: torch.Tensor | None = None  # [R, W] long, 1 on real columns
+        self.decoder = KVDecoder(model)  # the padded cache, [R, Hkv, W, D] per layer, and its mask
 
     @torch.no_grad()
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
@@ -53,10 +55,7 @@ class RowBatch:
             ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
             mask[i, width - len(p):] = 1
         pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, P] positions ignore left padding
-        out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                         position_ids=pos.to(self.device), use_cache=True)
-        self.cache, self.mask = out.past_key_values, mask.to(self.device)
-        return out.logits[:, -1, :].float()
+        return self.decoder.prefill(ids.to(self.device), mask.to(self.device), pos.to(self.device))
 
     def adopt(self, rows: list[RowState]) -> None:
         """Rows of the prefilled batch, in prompt order."""
@@ -68,15 +67,12 @@ class RowBatch:
         feed = [r.feed if r.live else self.pad_id for r in self.rows]
         ids = torch.tensor(feed, dtype=torch.long, device=self.device)[:, None]  # [R, 1]
         pos = torch.tensor([r.pos for r in self.rows], dtype=torch.long, device=self.device)[:, None]
-        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=-1)  # [R, W+1]
-        out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=pos,
-                         past_key_values=self.cache, use_cache=True)
-        self.cache = out.past_key_values
+        logits = self.decoder.step(ids, pos)
         for r in self.rows:
             if r.live:
                 r.length += 1
                 r.pos += 1
-        return out.logits[:, -1, :].float()
+        return logits
 
     def history(self, row: RowState) -> KV:
         """A row's KV history (copied out of the batch if it is there)."""
@@ -85,12 +81,10 @@ class RowBatch:
         b = next(i for i, r in enumerate(self.rows) if r is row)
         n = row.length
         return [(layer.keys[b, :, -n:, :].clone(), layer.values[b, :, -n:, :].clone())
-                for layer in self.cache.layers]
+                for layer in self.decoder.layers]
 
     def regroup(self, rows: list[RowState]) -> None:
         """Make `rows` the batch. Rows already in the batch keep their cache; others bring `kv`."""
-        from transformers import DynamicCache
-
         where = {id(r): b for b, r in enumerate(self.rows)}
         hist = [r.kv if r.kv is not None else self._slice(where[id(r)], r.length) for r in rows]
         width = max(r.length for r in rows)
@@ -108,8 +102,9 @@ class RowBatch:
         for b, r in enumerate(rows):
             mask[b, width - r.length:] = 1
             r.kv = None
-        self.cache, self.mask, self.rows = DynamicCache(ddp_cache_data=layers), mask, list(rows)
+        self.decoder.load(layers, mask)
+        self.rows = list(rows)
 
     def _slice(self, b: int, n: int) -> KV:
         # Views into the old cache are fine: the new cache is built by copying them.
-        return [(layer.keys[b, :, -n:, :], layer.values[b, :, -n:, :]) for layer in self.cache.layers]
+        return [(layer.keys[b, :, -n:, :], layer.values[b, :, -n:, :]) for layer in self.decoder.layers]

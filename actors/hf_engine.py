@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from actors.decode_kv import KVDecoder
 from actors.engine import register_engine
 from orchestrator.batch import Completion, SamplingParams
 
@@ -92,13 +93,11 @@ class HFEngine:
         logps = torch.zeros((B, params.max_new_tokens))
         lengths = torch.full((B,), params.max_new_tokens, dtype=torch.long)
         done = torch.zeros(B, dtype=torch.bool, device=self.device)
-        past = None
-        step_ids, step_pos = ids, pos
+        decoder = KVDecoder(self.model)
+        raw = decoder.prefill(ids, mask, pos)  # [B, V]
+        step_pos = pos[:, -1:]
         for t in range(params.max_new_tokens):
-            res = self.model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
-                             past_key_values=past, use_cache=True)
-            past = res.past_key_values
-            logits = res.logits[:, -1, :].float() / params.temperature  # [B, V]
+            logits = raw / params.temperature  # [B, V]
             if params.top_p < 1.0:
                 logits = _top_p_filter(logits, params.top_p)
             logp = logits.log_softmax(-1)  # [B, V] the sampling distribution
@@ -112,11 +111,10 @@ class HFEngine:
             hit = torch.isin(nxt, stops) & ~done
             lengths[hit.cpu()] = t + 1
             done |= hit
-            if bool(done.all()):
+            if bool(done.all()) or t + 1 == params.max_new_tokens:
                 break
-            step_ids = nxt[:, None]
-            step_pos = step_pos[:, -1:] + 1
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)  # finished rows decode pads, ignored
+            step_pos = step_pos + 1
+            raw = decoder.step(nxt[:, None], step_pos)  # finished rows decode pads, ignored
         results = []
         for b in range(B):
             n = int(lengths[b])

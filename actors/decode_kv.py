@@ -113,6 +113,16 @@ class KVDecoder:
         self._padded = True  # fast: some row has masked (padding) columns
 
     @property
+    def width(self) -> int:
+        """Cache columns (padding included) before the next step."""
+        return self._width
+
+    @property
+    def padded(self) -> bool:
+        """Whether the next step attends under a mask (some row has padding columns)."""
+        return self._padded or not self.fast
+
+    @property
     def layers(self) -> list:
         """Per layer an object with `.keys` / `.values` [R, Hkv, W, D] (the batch's cache)."""
         return self.cache.layers

@@ -164,6 +164,7 @@ class ParallelExecutor:
             self.grammar = GrammarMasker(self.spec, tokenizer, model.config.vocab_size)
         # CPU seconds of the decoding thread (time.thread_time: preemption on a shared machine does not count)
         self.timing = {"decode": 0.0, "regroup": 0.0, "sample": 0.0}
+        self.shapes: list[tuple[int, int, bool]] = []  # the last run's decode steps (see RowBatch.shapes)
 
     @classmethod
     def from_engine(cls, engine, cfg: ExecutorConfig, processor: Processor | None = None) -> ParallelExecutor:
@@ -179,6 +180,7 @@ class ParallelExecutor:
             raise ValueError("temperature must be > 0 (use greedy=True for argmax decoding)")
         self._params, self._gen, self._next_request = params, torch.Generator().manual_seed(params.seed), 0
         batch = RowBatch(self.model, self.pad)
+        self.shapes = batch.shapes  # (rows, width, padded) per decode step, for bench/bench_executor.py
         t0 = time.thread_time()
         logits = batch.prefill(prompts)
         self.timing["decode"] += time.thread_time() - t0

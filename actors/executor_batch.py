@@ -44,6 +44,7 @@ class RowBatch:
         self.device = next(model.parameters()).device
         self.rows: list[RowState] = []
         self.decoder = KVDecoder(model)  # the padded cache, [R, Hkv, W, D] per layer, and its mask
+        self.shapes: list[tuple[int, int, bool]] = []  # per step: rows, cache width, padded (bench/)
 
     @torch.no_grad()
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
@@ -67,6 +68,7 @@ class RowBatch:
         feed = [r.feed if r.live else self.pad_id for r in self.rows]
         ids = torch.tensor(feed, dtype=torch.long, device=self.device)[:, None]  # [R, 1]
         pos = torch.tensor([r.pos for r in self.rows], dtype=torch.long, device=self.device)[:, None]
+        self.shapes.append((len(self.rows), self.decoder.width, self.decoder.padded))
         logits = self.decoder.step(ids, pos)
         for r in self.rows:
             if r.live:

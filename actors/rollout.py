@@ -22,11 +22,16 @@ class RolloutWorker:
         self.engine = make_engine(cfg.engine, model_path=model_path, dtype=dtype, max_batch_size=cfg.max_batch_size)
         self.tokenizer = self.engine.tokenizer
         self.executor = None
+        self.grammar = None  # mode off: the format's EBNF for engines with structured outputs (vllm)
         if cfg.executor.mode != "off":
             from actors.executor import ExecutorConfig
 
             fields = {k: v for k, v in dataclasses.asdict(cfg.executor).items()}
             self.executor = ExecutorConfig(format=fmt, **fields)
+        elif cfg.executor.grammar:
+            from formats import ebnf
+
+            self.grammar = ebnf(fmt)
 
     def generate(self, prompts: list[Prompt], n: int, seed: int, greedy: bool = False,
                  max_new_tokens: int | None = None) -> list[Trajectory]:
@@ -41,7 +46,12 @@ class RolloutWorker:
         flat = [p for p in prompts for _ in range(n)]
         ids = [p.token_ids for p in flat]
         # An executor run returns completions with an ExecutionRecord; plain generate returns none.
-        outs = self.engine.execute(ids, params, self.executor) if self.executor else self.engine.generate(ids, params)
+        if self.executor:
+            outs = self.engine.execute(ids, params, self.executor)
+        elif self.grammar:
+            outs = self.engine.generate(ids, params, grammar=self.grammar)
+        else:
+            outs = self.engine.generate(ids, params)
         texts = self.tokenizer.batch_decode([c.token_ids for c in outs], skip_special_tokens=False)
         eos = self.tokenizer.eos_token
         return [

@@ -18,7 +18,15 @@ Figures, per batch size B (trajectories decoded together):
 * realisation     = wall speed-up / step speed-up (1.0: no scheduling/merge overhead), and
   wall speed-up / token speed-up (Parason's definition; 0.81-0.93 on A800);
 * the same from process CPU time (`cpu_*`): one torch thread, so CPU time is the work done and
-  far less sensitive than wall time to other processes on a shared machine.
+  far less sensitive than wall time to other processes on a shared machine;
+* device speed-up = model-only time of the sequential schedule / of the executed one: every decode
+  step of both runs (rows, cache width, masked or not; `RowBatch.shapes`) replayed through the
+  same `KVDecoder` with nothing else running — what an executor with zero scheduling, sampling
+  and fork/join cost would reach on this device. One CPU thread does more work per step for
+  more rows, so at larger batches the executed mode's wider steps cost more and the device
+  itself caps the speed-up below the step speed-up (a GPU decoding a small model is flat in
+  rows over this range);
+* realisation_vs_device = wall speed-up / device speed-up: the executor's own overhead.
 
 Grammar: the same runs with xgrammar on, in both modes, interleaved in one process (off,
 speculative, full mask, off, ... `--repeat` times), so every variant sees the same load:
@@ -52,6 +60,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch
 
 import toyworld
+from actors.decode_kv import KVDecoder
 from actors.executor import ExecutorConfig, ParallelExecutor
 from actors.executor_replay import Replay, role_scripts, sequential_script
 from formats import parse
@@ -108,6 +117,31 @@ def _add(a: dict, ex, cpu: float) -> None:
         a["checked"] += ex.grammar.checks  # draws checked speculatively
 
 
+@torch.no_grad()
+def device_time(model, shapes: list[tuple[int, int, bool]]) -> float:
+    """Seconds the model alone takes for a schedule of decode steps (rows, cache width, masked).
+
+    Each step runs through the executor's own `KVDecoder` on a cache of that shape (zeros; a
+    masked step gets one padding column), rebuilt only where the shape does not simply grow by
+    one column; only the steps are timed.
+    """
+    cfg = model.config
+    Hkv, D = cfg.num_key_value_heads, getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
+    dec, total, prev = KVDecoder(model), 0.0, None
+    for R, W, padded in shapes:
+        if prev != (R, W - 1, padded):
+            mask = torch.ones((R, W), dtype=torch.long)
+            mask[0, 0] = 0 if padded else 1
+            dec.load([(torch.zeros(R, Hkv, W, D), torch.zeros(R, Hkv, W, D)) for _ in range(cfg.num_hidden_layers)],
+                     mask)
+            ids, pos = torch.zeros((R, 1), dtype=torch.long), torch.full((R, 1), W, dtype=torch.long)
+        t0 = time.perf_counter()
+        dec.step(ids, pos)
+        total += time.perf_counter() - t0
+        pos, prev = pos + 1, (R, W, padded)
+    return total
+
+
 def critical_path(e, prompt_len: int) -> int:
     return max(e.record.position_ids) + 1 - prompt_len
 
@@ -115,14 +149,21 @@ def critical_path(e, prompt_len: int) -> int:
 def bench_batch(model, tok, problems, B: int, repeat: int, sampled_tokens: int) -> dict:
     """Speed-ups over `problems` decoded B at a time."""
     out = {"B": B, "t_seq": 0.0, "t_exec": 0.0, "c_seq": 0.0, "c_exec": 0.0, "steps_seq": 0, "steps_exec": 0,
-           "tok": []}
+           "d_seq": 0.0, "d_exec": 0.0, "tok": []}
     acc = {k: dict.fromkeys(("cpu", "decode", "grammar", "masked", "checked"), 0.0)
            for k in (*GRAMMAR_VARIANTS, "sampled_spec", "sampled_full")}
     for i in range(0, len(problems), B):
         chunk = problems[i:i + B]
         plen = [len(tok.encode(p.prompt)) for p in chunk]
-        ts, seq, _ = timed_run(model, tok, chunk, "sequential", False, repeat)
-        te, exe, _ = timed_run(model, tok, chunk, "executed", False, repeat)
+        ts, te = (float("inf"),) * 2, (float("inf"),) * 2
+        for _ in range(repeat):  # the modes alternate, so both see the same load
+            t, seq, ex_seq = timed_run(model, tok, chunk, "sequential", False, 1)
+            ts = tuple(map(min, ts, t))
+            t, exe, ex_exe = timed_run(model, tok, chunk, "executed", False, 1)
+            te = tuple(map(min, te, t))
+        for _ in range(repeat):
+            out["d_seq"] += device_time(model, ex_seq.shapes) / repeat
+            out["d_exec"] += device_time(model, ex_exe.shapes) / repeat
         for a, b in zip(seq, exe):
             assert a.token_ids == b.token_ids, "modes wrote different tokens"
         out["t_seq"] += ts[0]
@@ -139,6 +180,7 @@ def bench_batch(model, tok, problems, B: int, repeat: int, sampled_tokens: int) 
     step_speedup = out["steps_seq"] / out["steps_exec"]
     wall = out["t_seq"] / out["t_exec"]
     cpu = out["c_seq"] / out["c_exec"]
+    device = out["d_seq"] / out["d_exec"]
     return {
         "batch": B,
         "token_speedup": round(tok_speedup, 3),
@@ -148,6 +190,9 @@ def bench_batch(model, tok, problems, B: int, repeat: int, sampled_tokens: int) 
         "realisation_vs_tokens": round(wall / tok_speedup, 3),
         "cpu_speedup": round(cpu, 3),
         "cpu_realisation_vs_steps": round(cpu / step_speedup, 3),
+        "device_speedup": round(device, 3),
+        "realisation_vs_device": round(wall / device, 3),
+        "rows_per_step_exec": round(sum(r for r, _, _ in ex_exe.shapes) / len(ex_exe.shapes), 2),
         "t_seq_s": round(out["t_seq"], 3),
         "t_exec_s": round(out["t_exec"], 3),
         **grammar_figures(acc),

@@ -116,6 +116,13 @@ class RolloutConfig:
         _check(self.temperature > 0, "rollout.temperature", "must be > 0")
         _check(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _check(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
+        mode, grammar = self.executor.mode, self.executor.grammar
+        _check(self.engine != "vllm" or mode == "off", "rollout.executor.mode",
+               f"{mode!r} runs on engine=hf; vllm decodes whole requests (mode=off; executor.grammar=true "
+               "gives vLLM structured outputs). Why: actors/vllm_engine.py")
+        _check(self.engine != "hf" or mode != "off" or not grammar, "rollout.executor.grammar",
+               "on engine=hf the grammar is applied by the executor: set rollout.executor.mode=sequential "
+               "(one request) or executed")
 
 
 @dataclass

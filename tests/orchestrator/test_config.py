@@ -115,3 +115,20 @@ def test_cli_reports_config_error_before_ray(tmp_path):
     assert out.returncode == 2
     assert "learner.clip_ratio_high" in out.stderr
     assert "ray" not in out.stderr.lower()  # failed before any Ray start
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (["rollout=vllm", "rollout.executor.mode=executed"], "rollout.executor.mode"),
+    (["rollout=vllm", "rollout.executor.mode=sequential"], "rollout.executor.mode"),
+    (["rollout.executor.grammar=true"], "rollout.executor.grammar"),  # hf, mode off: nothing would apply it
+])
+def test_executor_mode_and_grammar_must_fit_the_engine(overrides, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate(_compose(*overrides))
+
+
+def test_grammar_is_reachable_on_both_engines():
+    vllm = validate(_compose("rollout=vllm", "rollout.executor.grammar=true"))
+    assert (vllm.rollout.executor.mode, vllm.rollout.executor.grammar) == ("off", True)  # structured outputs
+    hf = validate(_compose("rollout.executor.mode=sequential", "rollout.executor.grammar=true"))
+    assert (hf.rollout.executor.mode, hf.rollout.executor.grammar) == ("sequential", True)  # bitmask processor

@@ -1,0 +1,58 @@
+"""The rollout worker hands `rollout.executor.grammar` to whichever part of the engine applies it."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.engine import _ENGINES, register_engine
+from actors.hf_engine import HFEngine
+from actors.rollout import RolloutWorker
+from formats import ebnf
+from orchestrator.batch import Prompt
+from orchestrator.config import ExecutorSettings, RolloutConfig
+
+PROBE = "structured_outputs_probe"
+
+
+class _StructuredProbe(HFEngine):
+    """vLLM's boundary (it cannot run here): `generate(..., grammar=EBNF)` for structured outputs.
+
+    Decodes with the real HF engine and records the grammar each call was given; the real vLLM
+    path is `tests/actors/test_engine_vllm.py::test_vllm_structured_outputs_follow_the_format` (gpu).
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.grammars: list[str | None] = []
+
+    def generate(self, prompts, params, grammar=None):
+        self.grammars.append(grammar)
+        return super().generate(prompts, params)
+
+
+if PROBE not in _ENGINES:
+    register_engine(PROBE)(_StructuredProbe)
+
+
+def _prompt(tok) -> Prompt:
+    text = "Q: 3+4\nA:"
+    return Prompt(uid="p0", text=text, token_ids=tok.encode(text), ground_truth="7")
+
+
+@pytest.mark.parametrize("fmt", ["parason", "parallel_r1"])
+def test_mode_off_sends_the_formats_grammar_to_structured_outputs(tiny_model_path, fmt):
+    import xgrammar as xgr
+
+    cfg = RolloutConfig(engine=PROBE, max_new_tokens=6, torch_threads=1, executor=ExecutorSettings(grammar=True))
+    worker = RolloutWorker(cfg, tiny_model_path, fmt=fmt)
+    out = worker.generate([_prompt(worker.tokenizer)], n=2, seed=0)
+    assert len(out) == 2 and worker.engine.grammars == [ebnf(fmt)]
+    # the text xgrammar (vLLM's structured-output backend) compiles for this tokenizer
+    xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(worker.tokenizer)).compile_grammar(worker.engine.grammars[0])
+
+
+def test_without_the_option_no_grammar_is_sent(tiny_model_path):
+    cfg = RolloutConfig(engine=PROBE, max_new_tokens=6, torch_threads=1)
+    worker = RolloutWorker(cfg, tiny_model_path, fmt="parason")
+    worker.generate([_prompt(worker.tokenizer)], n=1, seed=0)
+    assert worker.engine.grammars == [None]

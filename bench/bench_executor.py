@@ -41,9 +41,10 @@ speculative, full mask, off, ... `--repeat` times), so every variant sees the sa
   step), so this is speculation's worst case; a trained model almost never is refused.
 
     python bench/bench_executor.py [--n 32] [--difficulty 3] [--batch 1 8 32] [--repeat 3]
-                                   [--hidden 128 --layers 4] [--sampled-tokens 128]
+                                   [--hidden 128 --layers 4] [--sampled-tokens 128] [--device cuda]
 
 Prints a table and a final JSON line. Uses torch.set_num_threads(1); report `uptime` with it.
+`--device cuda` runs the model on the GPU (transformers' decode path; `bench/gpu_check.sh`).
 """
 
 from __future__ import annotations
@@ -125,18 +126,22 @@ def device_time(model, shapes: list[tuple[int, int, bool]]) -> float:
     masked step gets one padding column), rebuilt only where the shape does not simply grow by
     one column; only the steps are timed.
     """
-    cfg = model.config
+    cfg, dev = model.config, next(model.parameters()).device
     Hkv, D = cfg.num_key_value_heads, getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     dec, total, prev = KVDecoder(model), 0.0, None
     for R, W, padded in shapes:
         if prev != (R, W - 1, padded):
-            mask = torch.ones((R, W), dtype=torch.long)
+            mask = torch.ones((R, W), dtype=torch.long, device=dev)
             mask[0, 0] = 0 if padded else 1
-            dec.load([(torch.zeros(R, Hkv, W, D), torch.zeros(R, Hkv, W, D)) for _ in range(cfg.num_hidden_layers)],
-                     mask)
-            ids, pos = torch.zeros((R, 1), dtype=torch.long), torch.full((R, 1), W, dtype=torch.long)
+            kv = [(torch.zeros(R, Hkv, W, D, device=dev, dtype=model.dtype),) * 2 for _ in range(cfg.num_hidden_layers)]
+            dec.load(kv, mask)
+            ids = torch.zeros((R, 1), dtype=torch.long, device=dev)
+            pos = torch.full((R, 1), W, dtype=torch.long, device=dev)
+        sync()
         t0 = time.perf_counter()
         dec.step(ids, pos)
+        sync()
         total += time.perf_counter() - t0
         pos, prev = pos + 1, (R, W, padded)
     return total
@@ -228,6 +233,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=128, help="tiny model width (grammar cost vs decode cost)")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--sampled-tokens", type=int, default=128, help="free-sampling grammar runs (0: skip)")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda")
     args = ap.parse_args()
     torch.set_num_threads(1)
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -236,17 +242,17 @@ def main() -> None:
 
     mcfg = TinyModelConfig(hidden_size=args.hidden, num_layers=args.layers, intermediate_size=3 * args.hidden)
     path = build_tiny_model(tempfile.mkdtemp(prefix="bench_exec_"), mcfg, toyworld.corpus(500, 0))
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(args.device).eval()
     tok = AutoTokenizer.from_pretrained(path)
     problems = toyworld.generate(args.family, args.n, seed=0, difficulty=args.difficulty)
     print(f"load: {os.getloadavg()}  n={args.n} family={args.family} difficulty={args.difficulty} "
-          f"model: hidden={args.hidden} layers={args.layers}")
+          f"model: hidden={args.hidden} layers={args.layers} device={args.device}")
     rows = [bench_batch(model, tok, problems, B, args.repeat, args.sampled_tokens) for B in args.batch]
     keys = list(rows[0])
     print(" ".join(f"{k:>12.12}" for k in keys))
     for r in rows:
         print(" ".join(f"{r[k]!s:>12.12}" for k in keys))
-    print(json.dumps({"bench": "executor", "load": os.getloadavg(), "n": args.n, "family": args.family,
+    print(json.dumps({"bench": "executor", "device": args.device, "load": os.getloadavg(), "n": args.n, "family": args.family,
                       "difficulty": args.difficulty, "hidden": args.hidden, "layers": args.layers, "rows": rows}))
 
 

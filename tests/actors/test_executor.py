@@ -219,3 +219,25 @@ def test_tags_must_be_single_tokens(lm):
         pad_token=plain.pad_token)
     with pytest.raises(ValueError, match="one added token"):
         ParallelExecutor(model, plain, ExecutorConfig())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("fmt", ["parason", "parallel_r1"])
+def test_executed_mode_on_cuda_writes_what_the_cpu_writes(lm, fmt):
+    """The executor is device-agnostic: on CUDA (transformers' decode path) the same replayed
+    scripts give the same text and record, and logprobs within float noise of the CPU's."""
+    import copy
+
+    model, tok = lm
+    if fmt == "parason":
+        trees = [nested_tree()] * 2
+    else:
+        trees = [parse(p.traces[fmt], fmt).tree for p in toyworld.generate("subtask", 2, seed=0)]
+    prompts = [tok.encode("Q: 3*4+5*6\nA:"), tok.encode("Q: 1+2\nA:")]
+    cpu_texts, cpu_res = run(model, tok, trees, fmt, "executed", prompts=prompts)
+    gpu_texts, gpu_res = run(copy.deepcopy(model).to("cuda"), tok, trees, fmt, "executed", prompts=prompts)
+    assert gpu_texts == cpu_texts
+    for a, b in zip(cpu_res, gpu_res):
+        assert a.record == b.record and a.finish_reason == b.finish_reason
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-3

@@ -14,10 +14,17 @@ Choices, and why:
 * weight sync: a worker extension method receives the learner's state dict and calls the model's
   own `load_weights`, on every worker (`collective_rpc`).
 
-Not here (see the rollout report): the executed fork/join mode. vLLM attention is causal over one
-sequence, so a join continuation cannot attend to branches' KV *as computed in their branches*;
-re-prefilling them causally would score branch tokens in two different contexts, which one
-`ExecutionRecord` row cannot express. Executed mode runs on the HF backend.
+Not here: the executed fork/join mode (and the sequential tracker, which needs per-token control);
+the config refuses `rollout.executor.mode` other than off with this engine. vLLM attention is
+causal over one sequence, so a join continuation cannot attend to branches' KV *as computed in
+their branches*. Branches as separate requests (Parason's tool-call dispatch on SGLang) would
+re-prefill the branch text causally for the continuation, so every branch token after the first
+branch is seen in two contexts: its own when sampled, the causal concatenation when the
+continuation reads it. One text-order `ExecutionRecord` row cannot express that. What would: score
+each engine request as its own causal row (its context, then its sampled tokens), which is exact
+for any engine and needs only causal attention, at the cost of scoring each shared prefix once
+per request that read it. That is a learner-side change (a second record layout); until then,
+executed mode runs on the HF backend, where the record is exact.
 """
 
 from __future__ import annotations

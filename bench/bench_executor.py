@@ -151,7 +151,7 @@ def critical_path(e, prompt_len: int) -> int:
     return max(e.record.position_ids) + 1 - prompt_len
 
 
-def bench_batch(model, tok, problems, B: int, repeat: int, sampled_tokens: int) -> dict:
+def bench_batch(model, tok, problems, B: int, repeat: int, sampled_tokens: int, grammar: bool = True) -> dict:
     """Speed-ups over `problems` decoded B at a time."""
     out = {"B": B, "t_seq": 0.0, "t_exec": 0.0, "c_seq": 0.0, "c_exec": 0.0, "steps_seq": 0, "steps_exec": 0,
            "d_seq": 0.0, "d_exec": 0.0, "tok": []}
@@ -178,8 +178,9 @@ def bench_batch(model, tok, problems, B: int, repeat: int, sampled_tokens: int) 
         out["steps_seq"] += max(len(e.token_ids) for e in seq)
         out["steps_exec"] += max(critical_path(e, n) for e, n in zip(exe, plen))
         out["tok"] += [len(e.token_ids) / critical_path(e, n) for e, n in zip(exe, plen)]
-        grammar_runs(model, tok, chunk, repeat, acc)
-        if sampled_tokens:
+        if grammar:
+            grammar_runs(model, tok, chunk, repeat, acc)
+        if grammar and sampled_tokens:
             sampled_runs(model, tok, chunk, sampled_tokens, acc)
     tok_speedup = sum(out["tok"]) / len(out["tok"])
     step_speedup = out["steps_seq"] / out["steps_exec"]
@@ -200,7 +201,7 @@ def bench_batch(model, tok, problems, B: int, repeat: int, sampled_tokens: int) 
         "rows_per_step_exec": round(sum(r for r, _, _ in ex_exe.shapes) / len(ex_exe.shapes), 2),
         "t_seq_s": round(out["t_seq"], 3),
         "t_exec_s": round(out["t_exec"], 3),
-        **grammar_figures(acc),
+        **(grammar_figures(acc) if grammar else {}),
     }
 
 
@@ -234,6 +235,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--sampled-tokens", type=int, default=128, help="free-sampling grammar runs (0: skip)")
     ap.add_argument("--device", default="cpu", help="cpu | cuda")
+    ap.add_argument("--no-grammar", action="store_true", help="skip the grammar runs (no xgrammar installed)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -247,7 +249,8 @@ def main() -> None:
     problems = toyworld.generate(args.family, args.n, seed=0, difficulty=args.difficulty)
     print(f"load: {os.getloadavg()}  n={args.n} family={args.family} difficulty={args.difficulty} "
           f"model: hidden={args.hidden} layers={args.layers} device={args.device}")
-    rows = [bench_batch(model, tok, problems, B, args.repeat, args.sampled_tokens) for B in args.batch]
+    rows = [bench_batch(model, tok, problems, B, args.repeat, args.sampled_tokens, not args.no_grammar)
+            for B in args.batch]
     keys = list(rows[0])
     print(" ".join(f"{k:>12.12}" for k in keys))
     for r in rows:

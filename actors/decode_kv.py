@@ -10,11 +10,12 @@ grow with rows x cache width and are not model work:
   whenever a mask is passed, because the fused CUDA kernels cannot take both.
 
 `KVDecoder` removes them for sdpa models on CPU: K/V live in buffers with spare columns
-(`GrowingLayer`, doubled when full), the mask is a boolean [R, 1, 1, cap] buffer extended in place,
-and attention runs through `decode_sdpa`, which calls sdpa with `enable_gqa=True` on the
-un-repeated K/V. The values are the ones transformers' sdpa path computes (tests compare
-them); `bench/bench_executor.py` reports the time. Other attention implementations, and sdpa
-on an accelerator, keep transformers' own path (`DynamicCache`, 2-D mask).
+(`GrowingLayer`, doubled when full), the mask is a boolean [R, 1, 1, cap] buffer extended in place
+(and not passed at all while no row is padded), and attention runs through `decode_sdpa`, which
+calls sdpa with `enable_gqa=True` on the un-repeated K/V. The values are the ones transformers'
+sdpa path computes (tests compare them; on the tiny model the tokens and logprobs are the same
+bit for bit); `bench/bench_decode.py` times both. Other attention implementations, and sdpa on
+an accelerator, keep transformers' own path (`DynamicCache`, 2-D mask).
 """
 
 from __future__ import annotations

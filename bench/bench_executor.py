@@ -43,7 +43,7 @@ speculative, full mask, off, ... `--repeat` times), so every variant sees the sa
     python bench/bench_executor.py [--n 32] [--difficulty 3] [--batch 1 8 32] [--repeat 3]
                                    [--hidden 128 --layers 4] [--sampled-tokens 128] [--device cuda]
 
-Prints a table and a final JSON line. Uses torch.set_num_threads(1); report `uptime` with it.
+Prints a table and a final JSON line. One torch thread unless `--threads`; report `uptime` with it.
 `--device cuda` runs the model on the GPU (transformers' decode path; `bench/gpu_check.sh`).
 """
 
@@ -235,9 +235,10 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--sampled-tokens", type=int, default=128, help="free-sampling grammar runs (0: skip)")
     ap.add_argument("--device", default="cpu", help="cpu | cuda")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (the rollout actor's default is 2)")
     ap.add_argument("--no-grammar", action="store_true", help="skip the grammar runs (no xgrammar installed)")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tinylm import TinyModelConfig, build_tiny_model
@@ -248,14 +249,14 @@ def main() -> None:
     tok = AutoTokenizer.from_pretrained(path)
     problems = toyworld.generate(args.family, args.n, seed=0, difficulty=args.difficulty)
     print(f"load: {os.getloadavg()}  n={args.n} family={args.family} difficulty={args.difficulty} "
-          f"model: hidden={args.hidden} layers={args.layers} device={args.device}")
+          f"model: hidden={args.hidden} layers={args.layers} device={args.device} threads={args.threads}")
     rows = [bench_batch(model, tok, problems, B, args.repeat, args.sampled_tokens, not args.no_grammar)
             for B in args.batch]
     keys = list(rows[0])
     print(" ".join(f"{k:>12.12}" for k in keys))
     for r in rows:
         print(" ".join(f"{r[k]!s:>12.12}" for k in keys))
-    print(json.dumps({"bench": "executor", "device": args.device, "load": os.getloadavg(), "n": args.n, "family": args.family,
+    print(json.dumps({"bench": "executor", "device": args.device, "threads": args.threads, "load": os.getloadavg(), "n": args.n, "family": args.family,
                       "difficulty": args.difficulty, "hidden": args.hidden, "layers": args.layers, "rows": rows}))
 
 

@@ -34,9 +34,16 @@ class GrowingLayer(DynamicLayer):
     buffer doubles when full (amortised O(1) columns copied per step).
     """
 
-    def __init__(self, keys: torch.Tensor | None = None, values: torch.Tensor | None = None, capacity: int = 0):
+    def __init__(self, keys: torch.Tensor | None = None, values: torch.Tensor | None = None, capacity: int = 0,
+                 filled: int | None = None):
+        """keys/values [..., n, D] are copied into a buffer of `capacity` columns or more; with
+        `filled`, they *are* the buffers (not copied) and their first `filled` columns are the cache."""
         super().__init__()
-        if keys is not None:
+        if keys is not None and filled is not None:
+            self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+            self._k, self._v, self._n = keys, values, filled
+            self.keys, self.values = keys[..., :filled, :], values[..., :filled, :]
+        elif keys is not None:
             self._adopt(keys, values, capacity)
 
     def _adopt(self, keys: torch.Tensor, values: torch.Tensor, capacity: int) -> None:
@@ -138,14 +145,22 @@ class KVDecoder:
         self._set_mask(mask)
         return out.logits[:, -1, :].float()
 
+    @property
+    def spare(self) -> int:
+        """Columns to allocate past the width when building buffers for `load` (0: exact width)."""
+        return 64 if self.fast else 0
+
     def load(self, kv: KV, mask: torch.Tensor) -> None:
-        """Make `kv` (per layer K, V [R, Hkv, W, D]) the cache; mask [R, W] is 1 on real columns."""
+        """Make `kv` the cache: per layer K, V [R, Hkv, W + s, D] whose first W columns are filled
+        (mask [R, W], 1 on real columns). The fast path keeps the tensors as its buffers (no copy:
+        allocate them with `spare` extra columns); transformers' path needs s = 0."""
+        W = mask.shape[1]
         if self.fast:
-            self.cache = Cache(layers=[GrowingLayer(k, v, capacity=k.shape[2] + 64) for k, v in kv])
+            self.cache = Cache(layers=[GrowingLayer(k, v, filled=W) for k, v in kv])
         else:
             from transformers import DynamicCache
 
-            self.cache = DynamicCache(ddp_cache_data=kv)
+            self.cache = DynamicCache(ddp_cache_data=[(k[:, :, :W], v[:, :, :W]) for k, v in kv])
         self._set_mask(mask)
 
     @torch.no_grad()

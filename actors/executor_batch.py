@@ -94,17 +94,17 @@ class RowBatch:
         layers = []
         for li in range(len(hist[0])):
             k0 = hist[0][li][0]
-            K = k0.new_zeros((R, k0.shape[0], width, k0.shape[2]))  # [R, Hkv, W, D]
+            K = k0.new_zeros((R, k0.shape[0], width + self.decoder.spare, k0.shape[2]))  # [R, Hkv, W + s, D]
             V = torch.zeros_like(K)
             for b, (r, h) in enumerate(zip(rows, hist)):
-                K[b, :, width - r.length:, :] = h[li][0]
-                V[b, :, width - r.length:, :] = h[li][1]
+                K[b, :, width - r.length:width, :] = h[li][0]
+                V[b, :, width - r.length:width, :] = h[li][1]
             layers.append((K, V))
         mask = torch.zeros((R, width), dtype=torch.long, device=self.device)
         for b, r in enumerate(rows):
             mask[b, width - r.length:] = 1
             r.kv = None
-        self.decoder.load(layers, mask)
+        self.decoder.load(layers, mask)  # the buffers themselves: one copy per regroup
         self.rows = list(rows)
 
     def _slice(self, b: int, n: int) -> KV:

@@ -134,7 +134,8 @@ def device_time(model, shapes: list[tuple[int, int, bool]]) -> float:
         if prev != (R, W - 1, padded):
             mask = torch.ones((R, W), dtype=torch.long, device=dev)
             mask[0, 0] = 0 if padded else 1
-            kv = [(torch.zeros(R, Hkv, W, D, device=dev, dtype=model.dtype),) * 2 for _ in range(cfg.num_hidden_layers)]
+            kv = [tuple(torch.zeros(R, Hkv, W + dec.spare, D, device=dev, dtype=model.dtype) for _ in "kv")
+                  for _ in range(cfg.num_hidden_layers)]
             dec.load(kv, mask)
             ids = torch.zeros((R, 1), dtype=torch.long, device=dev)
             pos = torch.full((R, 1), W, dtype=torch.long, device=dev)

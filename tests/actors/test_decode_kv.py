@@ -29,6 +29,16 @@ def test_growing_layer_initialises_from_its_first_update():
     assert torch.equal(keys, k) and torch.equal(values, v) and layer._k.shape[2] >= 14
 
 
+def test_growing_layer_writes_into_buffers_it_was_given():
+    K, V = torch.zeros(2, 1, 8, 4), torch.zeros(2, 1, 8, 4)
+    K[..., :5, :] = 1.0
+    layer = GrowingLayer(K, V, filled=5)
+    k, v = torch.randn(2, 1, 1, 4), torch.randn(2, 1, 1, 4)
+    keys, values = layer.update(k, v)
+    assert keys.shape[2] == 6 and keys.data_ptr() == K.data_ptr()  # no copy at load or step
+    assert torch.equal(K[..., 5:6, :], k) and torch.equal(values[..., 5:, :], v) and (keys[..., :5, :] == 1).all()
+
+
 class _Heads(torch.nn.Module):
     def __init__(self, groups: int):
         super().__init__()

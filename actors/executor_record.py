@@ -36,8 +36,10 @@ def prompt_segment(prompt: list[int]) -> Segment:
     return Segment(-1, [], list(prompt), list(range(len(prompt))), [0.0] * len(prompt))
 
 
-def build_record(segs: list[Segment]) -> tuple[list[int], list[float], ExecutionRecord]:
-    """Response token ids, their logprobs (0.0 where forced) and the record, from the text-order segments."""
+def build_record(segs: list[Segment], reprefill: bool = False) -> tuple[list[int], list[float], ExecutionRecord]:
+    """Response token ids, their logprobs (0.0 where forced) and the record, from the text-order segments.
+
+    `reprefill`: the segments come from the request executor (see `ExecutionRecord.reprefill`)."""
     index = {id(s): i for i, s in enumerate(segs)}
     position_ids: list[int] = []
     segment_ids: list[int] = []
@@ -65,5 +67,6 @@ def build_record(segs: list[Segment]) -> tuple[list[int], list[float], Execution
         segment_visible=visible,
         segment_request=[s.request for s in segs],
         sampled=sampled,
+        reprefill=reprefill,
     )
     return tokens, logprobs, record

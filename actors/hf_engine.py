@@ -7,6 +7,7 @@ each sampled token's logprob under it, and stop per row on EOS / stop tokens.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -76,48 +77,64 @@ class HFEngine:
         return self._executors[key].run(prompts, params)
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, limits: list[int] | None = None,
+                 processor: Callable[[list[list[int]], torch.Tensor], torch.Tensor] | None = None) -> list[Completion]:
+        """One completion per prompt. `limits`: each prompt's own max new tokens (<= params'). `processor`
+        (tests, bench: `actors.executor_requests.replay_processor`) maps (tokens each row generated so far,
+        logits / T [B, V]) to the logits the token is drawn from; logprobs stay the model's."""
+        if limits is not None and (len(limits) != len(prompts) or min(limits, default=1) < 1):
+            raise ValueError("limits needs one value >= 1 per prompt")
         out: list[Completion] = []
         gen = torch.Generator().manual_seed(params.seed)
         for i in range(0, len(prompts), self.max_batch_size):
-            out.extend(self._generate_batch(prompts[i : i + self.max_batch_size], params, gen))
+            lim = limits[i : i + self.max_batch_size] if limits is not None else None
+            out.extend(self._generate_batch(prompts[i : i + self.max_batch_size], params, gen, lim, processor))
         return out
 
-    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, gen: torch.Generator):
+    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, gen: torch.Generator,
+                        limits: list[int] | None = None, processor=None):
         ids, mask = _left_pad(prompts, self.pad_id)
         ids, mask = ids.to(self.device), mask.to(self.device)
         B = ids.shape[0]
         stops = torch.tensor(sorted({self.eos_id, *params.stop_token_ids}), device=self.device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, P] positions ignore left padding
-        tokens = torch.zeros((B, params.max_new_tokens), dtype=torch.long)
-        logps = torch.zeros((B, params.max_new_tokens))
-        lengths = torch.full((B,), params.max_new_tokens, dtype=torch.long)
+        cap = torch.tensor(limits if limits is not None else [params.max_new_tokens] * B)  # [B] per-row max
+        T = int(cap.max())
+        tokens = torch.zeros((B, T), dtype=torch.long)
+        logps = torch.zeros((B, T))
+        lengths = cap.clone()
         done = torch.zeros(B, dtype=torch.bool, device=self.device)
         decoder = KVDecoder(self.model)
         raw = decoder.prefill(ids, mask, pos)  # [B, V]
         step_pos = pos[:, -1:]
-        for t in range(params.max_new_tokens):
+        for t in range(T):
             logits = raw / params.temperature  # [B, V]
             if params.top_p < 1.0:
                 logits = _top_p_filter(logits, params.top_p)
             logp = logits.log_softmax(-1)  # [B, V] the sampling distribution
-            if params.greedy:
-                nxt = logp.argmax(-1)
+            if processor is not None:  # each row's tokens so far (a finished row: up to its stop)
+                upto = torch.minimum(lengths, torch.tensor(t)).tolist()
+                gen_so_far = [row[:n] for row, n in zip(tokens[:, :t].tolist(), upto)]
+                draw = processor(gen_so_far, logits).log_softmax(-1)
             else:
-                nxt = torch.multinomial(logp.exp().cpu(), 1, generator=gen).squeeze(-1).to(self.device)
+                draw = logp
+            if params.greedy:
+                nxt = draw.argmax(-1)
+            else:
+                nxt = torch.multinomial(draw.exp().cpu(), 1, generator=gen).squeeze(-1).to(self.device)
             nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)  # [B]
             tokens[:, t] = nxt.cpu()
             logps[:, t] = logp.gather(-1, nxt[:, None]).squeeze(-1).cpu()
             hit = torch.isin(nxt, stops) & ~done
             lengths[hit.cpu()] = t + 1
-            done |= hit
-            if bool(done.all()) or t + 1 == params.max_new_tokens:
+            done |= hit | (cap.to(self.device) == t + 1)  # a row at its own limit stops ("length")
+            if bool(done.all()) or t + 1 == T:
                 break
             step_pos = step_pos + 1
             raw = decoder.step(nxt[:, None], step_pos)  # finished rows decode pads, ignored
-        results = []
+        results, stop_ids = [], set(stops.tolist())
         for b in range(B):
             n = int(lengths[b])
-            stopped = n < params.max_new_tokens or bool(done[b])
+            stopped = int(tokens[b, n - 1]) in stop_ids
             results.append(Completion(tokens[b, :n].tolist(), logps[b, :n].tolist(), "stop" if stopped else "length"))
         return results

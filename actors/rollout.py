@@ -22,12 +22,17 @@ class RolloutWorker:
         self.engine = make_engine(cfg.engine, model_path=model_path, dtype=dtype, max_batch_size=cfg.max_batch_size)
         self.tokenizer = self.engine.tokenizer
         self.executor = None
+        self.requests = None  # dispatch requests: the request executor over engine.generate
         self.grammar = None  # mode off: the format's EBNF for engines with structured outputs (vllm)
         if cfg.executor.mode != "off":
             from actors.executor import ExecutorConfig
 
-            fields = {k: v for k, v in dataclasses.asdict(cfg.executor).items()}
+            fields = {k: v for k, v in dataclasses.asdict(cfg.executor).items() if k != "dispatch"}
             self.executor = ExecutorConfig(format=fmt, **fields)
+            if cfg.dispatch == "requests":
+                from actors.executor_requests import RequestExecutor
+
+                self.requests = RequestExecutor(self.engine, self.tokenizer, self.executor)
         elif cfg.executor.grammar:
             from formats import ebnf
 
@@ -46,7 +51,9 @@ class RolloutWorker:
         flat = [p for p in prompts for _ in range(n)]
         ids = [p.token_ids for p in flat]
         # An executor run returns completions with an ExecutionRecord; plain generate returns none.
-        if self.executor:
+        if self.requests:
+            outs = self.requests.run(ids, params)
+        elif self.executor:
             outs = self.engine.execute(ids, params, self.executor)
         elif self.grammar:
             outs = self.engine.generate(ids, params, grammar=self.grammar)

@@ -74,17 +74,22 @@ class VLLMEngine:
                        worker_extension_cls="actors.vllm_engine.WeightSyncExtension")
         self.eos_id = self.tokenizer.eos_token_id
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, grammar: str | None = None) -> list[Completion]:
-        """One completion per prompt, in order; `grammar` (EBNF) constrains every request."""
+    def generate(self, prompts: list[list[int]], params: SamplingParams, grammar: str | None = None,
+                 limits: list[int] | None = None, processor=None) -> list[Completion]:
+        """One completion per prompt, in order; `grammar` (EBNF) constrains every request; `limits`
+        gives each prompt its own max new tokens (the request executor's caps)."""
         from vllm import SamplingParams as VSP
         from vllm.inputs import TokensPrompt
 
+        if processor is not None:
+            raise NotImplementedError("test processors run on the hf engine; vLLM samples on its own")
         extra = _structured(grammar) if grammar else {}
         base = dict(n=1, temperature=0.0 if params.greedy else params.temperature, top_p=params.top_p,
-                    max_tokens=params.max_new_tokens, stop_token_ids=list(params.stop_token_ids), logprobs=0,
+                    stop_token_ids=list(params.stop_token_ids), logprobs=0,
                     skip_special_tokens=False, detokenize=False, **extra)
+        limits = limits if limits is not None else [params.max_new_tokens] * len(prompts)
         # one seed per request: reproducible, and the n samples of a prompt still differ
-        sps = [VSP(seed=params.seed + i, **base) for i in range(len(prompts))]
+        sps = [VSP(seed=params.seed + i, max_tokens=m, **base) for i, m in enumerate(limits)]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sps, use_tqdm=False)
         results = []
         for out in outs:

@@ -65,6 +65,13 @@ class ExecutionRecord:
     segment_visible: list[list[int]]
     segment_request: list[int]  # engine request id that produced segment s (-1: prompt / forced)
     sampled: list[bool]  # [L] True where the token was sampled (trained on); forced/prompt tokens False
+    # How a request read earlier segments. False (the KV executor, actors/executor.py): as they were
+    # computed where they were generated (merged KV), so one row with segment masks is exact. True
+    # (the request executor over any engine, actors/executor_requests.py): every engine request
+    # re-read its whole context causally as text, positions 0..n-1, so each request must be scored
+    # as its own causal row (learner.layout=threadweaver); a join's context is then not expressible
+    # as one masked row (a branch token is seen in its own request and, re-read, in the join's).
+    reprefill: bool = False
 
 
 @dataclass

@@ -76,8 +76,14 @@ class DataConfig:
 class ExecutorSettings:
     # off: plain engine.generate (fastest; the format is just text) | sequential: the parallel
     # format tracked in one request (caps, forced closing tags) | executed: real fork/join, every
-    # branch its own request sharing the prefix KV (HF engine), with an execution record.
+    # branch its own request, with an execution record.
     mode: str = "off"
+    # How sequential / executed modes drive the engine. kv: one decode loop that forks the prefix
+    # KV and merges branch KV at a join (hf engine only; actors/executor.py) | requests: whole
+    # engine requests that stop at every tag and re-read their context (any engine: vLLM;
+    # actors/executor_requests.py; executed mode then needs learner.layout=threadweaver) |
+    # auto: kv on hf, requests elsewhere.
+    dispatch: str = "auto"
     # Parallel-R1 executed mode: paths launched per <Parallel> (the format does not announce them).
     num_paths: int = 2
     max_branches: int = 8
@@ -91,6 +97,8 @@ class ExecutorSettings:
                f"unknown mode {self.mode!r}; valid: off, sequential, executed")
         _check(1 <= self.num_paths <= self.max_branches, "rollout.executor.num_paths",
                "need 1 <= num_paths <= max_branches")
+        _check(self.dispatch in ("auto", "kv", "requests"), "rollout.executor.dispatch",
+               f"unknown dispatch {self.dispatch!r}; valid: auto, kv, requests")
 
 
 @dataclass
@@ -117,12 +125,21 @@ class RolloutConfig:
         _check(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _check(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
         mode, grammar = self.executor.mode, self.executor.grammar
-        _check(self.engine != "vllm" or mode == "off", "rollout.executor.mode",
-               f"{mode!r} runs on engine=hf; vllm decodes whole requests (mode=off; executor.grammar=true "
-               "gives vLLM structured outputs). Why: actors/vllm_engine.py")
+        _check(self.engine == "hf" or self.executor.dispatch != "kv", "rollout.executor.dispatch",
+               f"kv forks and merges a transformers KV cache (engine=hf); engine={self.engine} takes whole "
+               "requests: use dispatch=requests (or auto)")
+        _check(mode == "off" or not grammar or self.dispatch == "kv", "rollout.executor.grammar",
+               "the request executor cannot constrain decoding token by token: grammar needs engine=hf with "
+               "dispatch kv (or mode=off on vllm, which gives vLLM structured outputs)")
         _check(self.engine != "hf" or mode != "off" or not grammar, "rollout.executor.grammar",
                "on engine=hf the grammar is applied by the executor: set rollout.executor.mode=sequential "
                "(one request) or executed")
+
+    @property
+    def dispatch(self) -> str:
+        """The executor dispatch in effect: `executor.dispatch` with auto resolved for the engine."""
+        d = self.executor.dispatch
+        return d if d != "auto" else ("kv" if self.engine == "hf" else "requests")
 
 
 @dataclass
@@ -194,7 +211,8 @@ class LearnerConfig:
     # How the learner lays out a trajectory: causal (one row, causal attention: the Seen variant) |
     # structured (one row; each branch sees the prefix and itself, the join sees all branches,
     # positions as the engine used them: the Unseen variant) | threadweaver (one causal row per
-    # engine request, the advantage broadcast; exact for branches, approximate for joins).
+    # engine request, the advantage broadcast; exact for branches, approximate for the KV
+    # executor's joins, exact throughout for the request executor: rollout.executor.dispatch).
     layout: str = "causal"
     gradient_checkpointing: bool = False
     num_cpus: float = 0.5
@@ -423,6 +441,11 @@ class ParallaxConfig:
         _check(not (self.rollout.executor.mode == "executed" and self.learner.layout == "causal"),
                "learner.layout", "executed branches must be scored with layout structured or threadweaver "
                "(causal would score tokens in a context the engine never used)")
+        _check(not (self.rollout.executor.mode == "executed" and self.rollout.dispatch == "requests"
+                    and self.learner.layout != "threadweaver"), "learner.layout",
+               f"executed mode over whole engine requests (engine={self.rollout.engine}, dispatch requests) "
+               "re-reads every join's context as text: only layout threadweaver (one causal row per request) "
+               "scores that exactly (see ExecutionRecord.reprefill)")
         per_step = self.trainer.prompts_per_step * self.rollout.n
         _check(per_step % self.learner.num_actors == 0, "trainer.prompts_per_step",
                f"prompts_per_step x rollout.n = {per_step} must divide by learner.num_actors")

@@ -11,8 +11,11 @@ Three row layouts, chosen by name (``LAYOUTS``):
   causal attention, the trajectory's advantage broadcast to every row. Works with any attention
   backend (flash / varlen packing, no custom mask) at the cost of recomputing the shared prefix
   once per request (tokens grow with branches x prefix) and of scoring a join's context causally:
-  a continuation row lets branch k attend to branches < k, which a KV-merging engine (ours)
-  never did, so continuation tokens are only approximately on-policy. Branch and main rows are exact.
+  a continuation row lets branch k attend to branches < k, which a KV-merging engine (the KV
+  executor) never did, so its continuation tokens are only approximately on-policy. Branch and
+  main rows are exact. For the request executor (``ExecutionRecord.reprefill``: every engine
+  request re-read its context as text, as vLLM does) every row is exactly what the engine computed,
+  and this is the only exact layout; the one-row layouts refuse such records.
 
 For cold-start SFT of the structured variant, :func:`teacher_record` turns a teacher trace into
 the record the executor would have produced had the model sampled that text, so SFT trains
@@ -312,8 +315,14 @@ def structured_sft_batch(
     return _with_layout(batch, records)
 
 
-def _record_of(t: Trajectory) -> ExecutionRecord:
+def _record_of(t: Trajectory, layout: str = "threadweaver") -> ExecutionRecord:
     rec = t.record or sequential_record(len(t.prompt_ids), len(t.response_ids))
+    if layout != "threadweaver" and rec.reprefill and len({r for r in rec.segment_request if r >= 0}) > 1:
+        raise ValueError(
+            f"trajectory {t.uid}: its engine requests re-read their contexts as text (request executor, "
+            f"ExecutionRecord.reprefill), so a branch token was seen in two contexts; layout {layout!r} "
+            "scores one row per trajectory and cannot express that: use learner.layout=threadweaver"
+        )
     if len(rec.segment_ids) != len(t.prompt_ids) + len(t.response_ids):
         raise ValueError(
             f"trajectory {t.uid}: record covers {len(rec.segment_ids)} tokens, row has "
@@ -330,7 +339,7 @@ def structured_train_batch(trajs: list[Trajectory], advantages: list[float], pad
     from orchestrator.data import train_batch
 
     batch = train_batch(trajs, advantages, pad_id)
-    records = [_record_of(t) for t in trajs]
+    records = [_record_of(t, "structured") for t in trajs]
     sampled = _pad([[float(s) for s in r.sampled] for r in records], 0.0, torch.float32)
     batch.response_mask = batch.response_mask * sampled[:, : batch.response_mask.shape[1]]  # [B, L]
     return _with_layout(batch, records)
@@ -378,6 +387,8 @@ def build_train_batch(
     if layout == "causal":
         from orchestrator.data import train_batch
 
+        for t in trajs:
+            _record_of(t, "causal")  # a request executor's forked record has no causal row: refuse it
         return train_batch(trajs, advantages, pad_id)
     if layout == "structured":
         return structured_train_batch(trajs, advantages, pad_id)

@@ -118,13 +118,31 @@ def test_cli_reports_config_error_before_ray(tmp_path):
 
 
 @pytest.mark.parametrize("overrides,key", [
-    (["rollout=vllm", "rollout.executor.mode=executed"], "rollout.executor.mode"),
-    (["rollout=vllm", "rollout.executor.mode=sequential"], "rollout.executor.mode"),
+    # the KV executor forks a transformers cache: not on vLLM
+    (["rollout=vllm", "rollout.executor.mode=sequential", "rollout.executor.dispatch=kv"], "rollout.executor.dispatch"),
+    # vLLM's executed mode re-reads joins as text: only per-request causal rows score that exactly
+    (["rollout=vllm", "rollout.executor.mode=executed", "learner.layout=structured"], "learner.layout"),
+    (["rollout.executor.mode=executed", "rollout.executor.dispatch=requests", "learner.layout=structured"],
+     "learner.layout"),
+    # the request executor has no per-token control for a grammar
+    (["rollout=vllm", "rollout.executor.mode=sequential", "rollout.executor.grammar=true"], "rollout.executor.grammar"),
     (["rollout.executor.grammar=true"], "rollout.executor.grammar"),  # hf, mode off: nothing would apply it
+    (["rollout.executor.dispatch=fast"], "rollout.executor.dispatch"),
 ])
 def test_executor_mode_and_grammar_must_fit_the_engine(overrides, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         validate(_compose(*overrides))
+
+
+def test_executor_dispatch_resolves_per_engine():
+    vllm = validate(_compose("rollout=vllm", "rollout.executor.mode=executed", "learner.layout=threadweaver"))
+    assert vllm.rollout.dispatch == "requests"  # auto: vLLM takes whole requests
+    assert validate(_compose("rollout.executor.mode=executed", "learner.layout=structured")).rollout.dispatch == "kv"
+    hf = validate(_compose("rollout.executor.mode=executed", "rollout.executor.dispatch=requests",
+                           "learner.layout=threadweaver"))
+    assert hf.rollout.dispatch == "requests"  # the CPU stand-in for the vLLM path
+    seq = validate(_compose("rollout=vllm", "rollout.executor.mode=sequential"))
+    assert (seq.rollout.dispatch, seq.learner.layout) == ("requests", "causal")  # one request: causal is exact
 
 
 def test_grammar_is_reachable_on_both_engines():

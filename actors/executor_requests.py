@@ -1,0 +1,287 @@
+"""Request executor: the parallel formats over any engine's `generate` (vLLM on GPU; hf stands in on CPU).
+
+`actors.executor.ParallelExecutor` forks inside one decode loop and merges the branches' KV at a
+join; it needs per-token control of a transformers model. Engines such as vLLM only take whole
+requests, so this executor drives the same `Tracker` (actors/executor_format.py) one *engine
+request* at a time, as Parason dispatches threads on SGLang:
+
+* every tag of the format is a stop token, so a request ends at each tag; the executor feeds the
+  tag to the trajectory's tracker and acts: forced tags and headers are appended, a fork point
+  launches one request per branch (context: the prefix and the branch's opening tag), a branch's
+  closing tag ends its request, and when every branch of a block has ended the continuation
+  request reads prefix + every branch's text + the forced join tag;
+* a tag the tracker bans there (a block past the depth cap) is dropped and the request resampled
+  from the same context: rejection sampling, so the text follows the banned-token distribution
+  exactly. After `MAX_REDRAWS` refusals in a row (at once when greedy) the branch is closed, as
+  after EOS in a block;
+* caps as in the KV executor: `max_branch_tokens` and the trajectory's `max_new_tokens` become each
+  request's token limit; a trajectory over its budget closes every open block;
+* all live requests of all trajectories go to the engine together, one `generate` call per round.
+
+Every request re-reads its context causally, as text, with positions 0..n-1 (vLLM with prefix
+caching re-reads the shared prefix from cache). So a later branch's tokens are seen twice: in
+their own request (after the prefix) and, re-read, in the join's (after the earlier branches).
+The record says so (`reprefill=True`) and the learner scores each request as its own causal row
+(`learner.layout=threadweaver`), which is exact here. A request that continues after a forced tag
+or a join keeps its request id (its new context extends the old one causally), so the main chain
+is one row. Logprobs are the engine's (model distribution at temperature T); forced tokens 0.0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from actors.executor import Execution, ExecutorConfig, Processor, RowView
+from actors.executor_format import TagIds, Tracker
+from actors.executor_record import Segment, build_record, prompt_segment
+from formats import get_spec
+from orchestrator.batch import Completion, SamplingParams
+
+MAX_REDRAWS = 4  # resamples of a request that drew a banned tag before its branch is closed
+
+
+@dataclass(eq=False)
+class _Traj:
+    index: int
+    emitted: int = 0
+    capped: bool = False
+    eos: bool = False
+    calls: int = 0  # engine requests sent for this trajectory
+    redraws: int = 0
+    reqs: list = field(default_factory=list)
+    final: _Req | None = None
+    finish: str = "length"
+
+
+@dataclass(eq=False)
+class _Group:
+    parent: _Req
+    n: int
+    done: list = field(default_factory=list)  # (k, finished branch request)
+
+
+@dataclass(eq=False)
+class _Req:
+    """One chain of engine requests: the main chain or a branch (a continuation keeps its id)."""
+
+    traj: _Traj
+    tracker: Tracker
+    request: int
+    role: tuple[int, ...]
+    context: list[int]  # what the next engine request reads
+    segs: list[Segment]
+    role_tokens: list[int] = field(default_factory=list)
+    forced: deque = field(default_factory=deque)
+    cur: Segment | None = None
+    live: bool = True  # False once ended, forked (waiting for its join) or joined
+    forks: int = 0
+    group: _Group | None = None
+    k: int = 0
+    refused: int = 0  # banned draws in a row
+
+    def view(self) -> RowView:
+        return RowView(self.traj.index, self.role, self.role_tokens)
+
+
+def replay_processor(processor: Processor, views: list[RowView]) -> Callable[[list[list[int]], torch.Tensor], torch.Tensor]:
+    """An executor `Processor` (e.g. `Replay`) as an engine-level one: row i continues `views[i]`."""
+
+    def apply(generated: list[list[int]], x: torch.Tensor) -> torch.Tensor:
+        return processor([RowView(v.traj, v.role, v.tokens + g) for v, g in zip(views, generated)], x)
+
+    return apply
+
+
+class RequestExecutor:
+    """Runs trajectories in executed or sequential mode over `engine.generate`, request by request."""
+
+    def __init__(self, engine, tokenizer, cfg: ExecutorConfig, processor: Processor | None = None):
+        if cfg.grammar:
+            raise ValueError("the request executor does not constrain decoding: set rollout.executor.grammar=false "
+                             "(a grammar needs per-token control: the hf engine's KV executor)")
+        self.engine, self.tokenizer, self.cfg, self.processor = engine, tokenizer, cfg, processor
+        self.spec = get_spec(cfg.format, max_branches=cfg.max_branches, max_depth=cfg.max_depth,
+                             min_branches=min(2, cfg.max_branches))
+        self.tags = TagIds.from_tokenizer(self.spec, tokenizer)
+        self.eos = tokenizer.eos_token_id
+        self.rounds = 0  # engine calls (rounds of requests) of the last run
+        self.redraws = 0  # banned tags dropped and resampled in the last run
+
+    def run(self, prompts: list[list[int]], params: SamplingParams) -> list[Execution]:
+        """One trajectory per prompt, in order."""
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        if params.temperature <= 0:
+            raise ValueError("temperature must be > 0 (use greedy=True for argmax decoding)")
+        self._params, self._next_request, self.rounds, self._reqs = params, 0, 0, []
+        self._stops = {self.eos, *params.stop_token_ids}
+        stop_ids = tuple(sorted(set(params.stop_token_ids) | set(self.tags.ids.values())))
+        trajs = [_Traj(i) for i in range(len(prompts))]
+        pending = [self._main(t, p) for t, p in zip(trajs, prompts)]
+        while pending:
+            sp = dataclasses.replace(params, stop_token_ids=stop_ids, seed=params.seed + 1_000_003 * self.rounds)
+            limits = [self._limit(r) for r in pending]
+            kw = {}
+            if self.processor is not None:
+                kw["processor"] = replay_processor(self.processor, [r.view() for r in pending])
+            outs = self.engine.generate([r.context for r in pending], dataclasses.replace(sp, max_new_tokens=max(limits)),
+                                        limits=limits, **kw)
+            self.rounds += 1
+            for r, c in zip(pending, outs):
+                r.traj.calls += 1
+                self._check_completion(r, c)
+            self._consume(pending, outs)
+            pending = self._settle()
+        self.redraws = sum(t.redraws for t in trajs)
+        return [self._finish(t) for t in trajs]
+
+    # ---- one round ----------------------------------------------------------------------------
+    def _check_completion(self, r: _Req, c: Completion) -> None:
+        if len(c.logprobs) != len(c.token_ids):
+            raise RuntimeError(f"engine returned {len(c.token_ids)} tokens but {len(c.logprobs)} logprobs")
+        if c.finish_reason == "stop" and (not c.token_ids or c.token_ids[-1] not in self._stops | set(self.tags.ids.values())):
+            raise RuntimeError("engine finished a request with 'stop' but dropped the stop token; the request "
+                               "executor needs it in token_ids (vLLM keeps stop_token_ids there)")
+
+    def _consume(self, reqs: list[_Req], outs: list[Completion]) -> None:
+        """Feed each request its tokens; a trajectory's requests take turns token by token (as
+        concurrent decoding would), so a trajectory cap truncates them all at the same length."""
+        by_traj: dict[int, list[tuple[_Req, Completion]]] = {}
+        for r, c in zip(reqs, outs):
+            by_traj.setdefault(r.traj.index, []).append((r, c))
+        for items in by_traj.values():
+            for i in range(max(len(c.token_ids) for _, c in items)):
+                for r, c in items:
+                    if i < len(c.token_ids) and self._takes_samples(r):
+                        self._take(r, c.token_ids[i], c.logprobs[i])
+
+    def _takes_samples(self, r: _Req) -> bool:
+        return r.live and not r.forced and not r.tracker.closing
+
+    def _settle(self) -> list[_Req]:
+        """Write forced and closing tokens (forks and joins follow); the requests that sample next."""
+        work = [r for r in self._reqs if r.live]
+        while work:
+            r = work.pop()
+            while r.live and (r.forced or r.tracker.closing):
+                tok = r.forced.popleft() if r.forced else r.tracker.closing_token()
+                if tok is None:  # closing reached the main chain: the trajectory ends
+                    self._end(r, "stop" if r.traj.eos and not r.traj.capped else "length")
+                    break
+                work += self._emit(r, tok, None)
+        self._reqs = [r for r in self._reqs if r.live]
+        return [r for r in self._reqs if self._takes_samples(r)]
+
+    def _take(self, r: _Req, tok: int, logprob: float) -> None:
+        """A sampled token of request `r`."""
+        if tok in self._stops:
+            if r.tracker.in_main_text:
+                self._emit(r, tok, logprob)
+                self._end(r, "stop")
+                return
+            r.traj.eos = r.traj.eos or not r.tracker.in_branch  # EOS in a block: close the innermost branch
+            r.tracker.start_closing(whole_request=False)
+            return
+        if tok in r.tracker.banned():
+            r.refused += 1
+            r.traj.redraws += 1
+            if self._params.greedy or r.refused > MAX_REDRAWS:
+                r.tracker.start_closing(whole_request=False)
+            return  # the next round resamples from the same context
+        r.refused = 0
+        self._emit(r, tok, logprob)  # a fork or join it causes starts requests; `_settle` picks them up
+
+    def _limit(self, r: _Req) -> int:
+        """Tokens request `r` may sample before a cap closes it (the KV executor's `_check_caps`)."""
+        lim = self._params.max_new_tokens - r.traj.emitted
+        if r.tracker.in_branch:
+            lim = min(lim, self.cfg.max_branch_tokens - 1 - r.tracker.branch_tokens())
+        return max(1, lim)
+
+    # ---- tokens, forks, joins -----------------------------------------------------------------
+    def _emit(self, r: _Req, tok: int, logprob: float | None) -> list[_Req]:
+        """Append `tok` to `r` (sampled when `logprob` is set); returns requests a fork or join started."""
+        request = r.request if logprob is not None else -1
+        if r.cur is None or r.cur.request != request:
+            r.cur = Segment(request, list(r.segs))
+            r.segs.append(r.cur)
+        r.cur.tokens.append(tok)
+        r.cur.positions.append(len(r.context))  # causal: the engine reads the context as one sequence
+        r.cur.logprobs.append(0.0 if logprob is None else logprob)
+        r.context.append(tok)
+        r.role_tokens.append(tok)
+        r.traj.emitted += 1
+        ev = r.tracker.observe(tok)
+        r.forced.extend(ev.force)
+        self._check_caps(r)
+        if ev.fork:
+            return self._fork(r, ev.fork)
+        if ev.branch_done:
+            return self._branch_done(r)
+        return []
+
+    def _check_caps(self, r: _Req) -> None:
+        t = r.traj
+        if t.emitted >= self._params.max_new_tokens and not t.capped:
+            t.capped = True
+            for q in t.reqs:
+                q.tracker.start_closing(whole_request=True)
+        elif not r.tracker.closing and r.tracker.branch_tokens() >= self.cfg.max_branch_tokens - 1:
+            r.tracker.start_closing(whole_request=False)
+
+    def _fork(self, r: _Req, n: int) -> list[_Req]:
+        r.live = False
+        group = _Group(r, n)
+        children = []
+        for k in range(n):
+            tracker, open_tag = r.tracker.branch(k)
+            child = self._new(r.traj, tracker, r.role + (r.forks, k), list(r.context), list(r.segs))
+            child.group, child.k = group, k
+            children.append(child)
+            children += self._emit(child, open_tag, None)
+        r.forks += 1
+        return children
+
+    def _branch_done(self, r: _Req) -> list[_Req]:
+        r.live = False
+        group = r.group
+        group.done.append((r.k, r))
+        if len(group.done) < group.n:
+            return []
+        p = group.parent
+        n0, s0 = len(p.context), len(p.segs)
+        done = [b for _, b in sorted(group.done, key=lambda d: d[0])]
+        context = p.context + [tok for b in done for tok in b.context[n0:]]
+        segs = p.segs + [s for b in done for s in b.segs[s0:]]
+        cont = _Req(p.traj, p.tracker, p.request, p.role, context, segs, role_tokens=p.role_tokens,
+                    forks=p.forks, group=p.group, k=p.k)
+        p.traj.reqs.append(cont)
+        self._reqs.append(cont)
+        forced = p.tracker.join()
+        cont.forced.extend(forced[1:])
+        return [cont] + self._emit(cont, forced[0], None)
+
+    def _main(self, traj: _Traj, prompt: list[int]) -> _Req:
+        tracker = Tracker(self.tags, self.eos, self.cfg.mode == "executed", self.cfg.num_paths,
+                          self.cfg.thread_headers)
+        return self._new(traj, tracker, (), list(prompt), [prompt_segment(prompt)])
+
+    def _new(self, traj: _Traj, tracker: Tracker, role: tuple, context: list[int], segs: list[Segment]) -> _Req:
+        r = _Req(traj, tracker, self._next_request, role, context, segs)
+        self._next_request += 1
+        traj.reqs.append(r)
+        self._reqs.append(r)
+        return r
+
+    def _end(self, r: _Req, reason: str) -> None:
+        r.live = False
+        r.traj.final, r.traj.finish = r, reason
+
+    def _finish(self, t: _Traj) -> Execution:
+        tokens, logprobs, record = build_record(t.final.segs, reprefill=True)
+        return Execution(tokens, logprobs, t.finish, record, t.calls)

@@ -1,0 +1,260 @@
+"""Request executor (actors/executor_requests.py): the parallel formats over whole engine requests.
+
+The real hf engine stands in at vLLM's boundary (`Engine.generate` with per-request limits and
+stop tokens); `Replay`, passed down as an engine-level processor, makes each request write a
+known script, so the request executor can be compared with the KV executor token for token. The
+learner check scores the records with the threadweaver layout and a plain causal forward.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_executor import LONG, nested_tree
+
+import toyworld
+from actors.engine import _ENGINES, register_engine
+from actors.executor import ExecutorConfig, ParallelExecutor
+from actors.executor_replay import Replay, role_scripts, sequential_script
+from actors.executor_requests import MAX_REDRAWS, RequestExecutor
+from actors.hf_engine import HFEngine
+from actors.rollout import RolloutWorker
+from formats import parse, render
+from orchestrator import algo
+from orchestrator.batch import Completion, Prompt, SamplingParams, Trajectory
+from orchestrator.config import ExecutorSettings, RolloutConfig
+from orchestrator.structured import build_train_batch
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_path):
+    from actors.hf_engine import HFEngine
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield HFEngine(tiny_model_path)
+    torch.set_num_threads(threads)
+
+
+def scripts_for(trees, fmt, mode, tok):
+    return [role_scripts(t, fmt, tok) if mode == "executed" else sequential_script(t, fmt, tok) for t in trees]
+
+
+def both(engine, trees, fmt, mode, prompts, max_new_tokens=200, **cfg):
+    """(request executor, its results, KV executor results) for the same replayed scripts."""
+    tok = engine.tokenizer
+    config = ExecutorConfig(format=fmt, mode=mode, **cfg)
+    params = SamplingParams(max_new_tokens=max_new_tokens, seed=0)
+    rx = RequestExecutor(engine, tok, config, Replay(scripts_for(trees, fmt, mode, tok), tok.eos_token_id))
+    kv = ParallelExecutor(engine.model, tok, config, Replay(scripts_for(trees, fmt, mode, tok), tok.eos_token_id))
+    return rx, rx.run(prompts, params), kv.run(prompts, params)
+
+
+def text(tok, r) -> str:
+    return tok.decode(r.token_ids, skip_special_tokens=False)
+
+
+@pytest.mark.parametrize("fmt", ["parason", "parallel_r1"])
+@pytest.mark.parametrize("mode", ["executed", "sequential"])
+def test_requests_write_the_kv_executors_text_and_record_tokens(engine, fmt, mode):
+    tok = engine.tokenizer
+    probs = toyworld.generate("mixed", 4, seed=3, difficulty=1)
+    trees = [parse(p.traces[fmt], fmt).tree for p in probs]
+    prompts = [tok.encode(p.prompt) for p in probs]
+    rx, req, kv = both(engine, trees, fmt, mode, prompts, num_paths=2)
+    for p, prompt, a, b in zip(probs, prompts, req, kv):
+        assert text(tok, a) == text(tok, b) == p.traces[fmt] + tok.eos_token
+        assert a.finish_reason == b.finish_reason == "stop"
+        assert a.record.sampled == b.record.sampled  # the same tokens forced, the same sampled
+        assert a.record.reprefill and not b.record.reprefill
+        n_branches = len(parse(p.traces[fmt], fmt).tree.nodes[0].branches)
+        ids = prompt + a.token_ids
+        if mode == "sequential":  # one request, re-read causally: positions are the text index
+            assert a.record.position_ids == list(range(len(ids)))
+            assert len({r for r in a.record.segment_request if r >= 0}) == 1
+            continue
+        # main chain (one request id throughout: its join re-reads its context causally) + one per branch
+        assert len({r for r in a.record.segment_request if r >= 0}) == 1 + n_branches
+        opening = tok.convert_tokens_to_ids("<Thread>" if fmt == "parason" else "<Path>")
+        starts = [t for t, x in enumerate(ids) if x == opening]
+        # every branch starts where the prefix ends; the join's tokens sit at their text index
+        assert {a.record.position_ids[t] for t in starts} == {starts[0]}
+        assert a.record.position_ids[-1] == len(ids) - 1
+    assert rx.rounds >= 3
+
+
+def test_nested_blocks_and_or_join_over_requests(engine):
+    tok = engine.tokenizer
+    tree = nested_tree()
+    prompts = [tok.encode("Q: 3*4+5*6\nA:")]
+    _, [a], [b] = both(engine, [tree], "parason", "executed", prompts)
+    assert text(tok, a) == text(tok, b) == render(tree, "parason") + tok.eos_token
+    # main, 2 threads, 2 nested trials: the nested join continues thread 0's request, the outer the main's
+    assert len({r for r in a.record.segment_request if r >= 0}) == 5
+    assert a.requests > 5  # every tag ends an engine request
+
+
+def reprefill_rows(engine, trees, fmt, prompts):
+    tok = engine.tokenizer
+    rx = RequestExecutor(engine, tok, ExecutorConfig(format=fmt, mode="executed"),
+                         Replay(scripts_for(trees, fmt, "executed", tok), tok.eos_token_id))
+    res = rx.run(prompts, SamplingParams(max_new_tokens=200, seed=0, temperature=1.0))
+    return [Trajectory(str(i), p, r.token_ids, r.logprobs, r.finish_reason, text(tok, r), r.record)
+            for i, (p, r) in enumerate(zip(prompts, res))]
+
+
+@pytest.mark.parametrize("fmt", ["parason", "parallel_r1"])
+def test_threadweaver_rows_reproduce_the_engine_logprobs(engine, fmt):
+    """The learner issue's check, for the request executor: one causal forward over the threadweaver
+    rows gives every sampled token the logprob the engine reported, because each row is exactly what
+    one engine request read (its context re-read as text)."""
+    tok = engine.tokenizer
+    if fmt == "parason":
+        trees = [nested_tree(), nested_tree()]
+    else:
+        trees = [parse(p.traces[fmt], fmt).tree for p in toyworld.generate("subtask", 2, seed=0)]
+    prompts = [tok.encode("Q: 3*4+5*6\nA:"), tok.encode("Q: 1+2\nA:")]  # different lengths
+    trajs = reprefill_rows(engine, trees, fmt, prompts)
+    batch = build_train_batch("threadweaver", trajs, [1.0, -1.0], tok.pad_token_id)
+    with torch.no_grad():
+        logits = engine.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    got = algo.token_logprobs(logits, batch.input_ids, 1.0)  # [R, L]
+    mask = batch.response_mask.bool()
+    n_sampled = sum(sum(t.record.sampled) for t in trajs)
+    assert int(mask.sum()) == n_sampled > 40  # every sampled token in exactly one row
+    assert torch.allclose(got[mask], batch.old_logprobs[mask], atol=1e-4), (got[mask] - batch.old_logprobs[mask]).abs().max()
+    # the one-row layouts cannot express a branch token seen in two contexts: refused, with the fix named
+    for layout in ("structured", "causal"):
+        with pytest.raises(ValueError, match="threadweaver"):
+            build_train_batch(layout, trajs, [1.0, -1.0], tok.pad_token_id)
+
+
+def test_a_later_branch_is_scored_in_its_own_context_not_the_joins(engine):
+    """Why the layout matters: the second path's tokens scored in the join's causal row (after the first
+    path) are not the logprobs the engine sampled them with; in their own row they are."""
+    tok = engine.tokenizer
+    tree = parse(toyworld.generate("subtask", 1, seed=0)[0].traces["parallel_r1"], "parallel_r1").tree
+    [t] = reprefill_rows(engine, [tree], "parallel_r1", [tok.encode("Q: 1+2\nA:")])
+    rec, ids = t.record, t.prompt_ids + t.response_ids
+    second = max(r for r in rec.segment_request if r >= 0)  # the last path's request
+    cols = [i for i, s in enumerate(rec.segment_ids) if rec.segment_request[s] == second and rec.sampled[i]]
+    with torch.no_grad():
+        flat = algo.token_logprobs(engine.model(input_ids=torch.tensor([ids])).logits, torch.tensor([ids]), 1.0)[0]
+    engine_lp = torch.tensor([([0.0] * len(t.prompt_ids) + t.logprobs)[c] for c in cols])
+    assert (flat[cols] - engine_lp).abs().max() > 1e-3
+
+
+def test_caps_and_eos_close_blocks_as_the_kv_executor_does(engine):
+    tok = engine.tokenizer
+    prompts = [tok.encode("Q: 3*4+5*6\nA:")]
+    _, [a], [b] = both(engine, [LONG], "parason", "executed", prompts, max_branch_tokens=6, max_branches=2)
+    assert text(tok, a) == text(tok, b)
+    res = parse(text(tok, a).removesuffix(tok.eos_token), "parason")
+    assert res.ok and [br.outline for br in res.tree.nodes[1].branches] == ["p", "q"]
+    for mode in ("executed", "sequential"):  # trajectory cap: every open block closed, finish "length"
+        _, [a], _ = both(engine, [nested_tree()], "parason", mode, prompts, max_new_tokens=20)
+        assert a.finish_reason == "length" and parse(text(tok, a), "parason").ok
+        assert 20 <= len(a.token_ids) <= 20 + 16
+
+
+def test_eos_inside_a_branch_closes_only_that_branch(engine):
+    tok, eos = engine.tokenizer, engine.tokenizer.eos_token_id
+    tree = parse(toyworld.generate("subtask", 1, seed=0)[0].traces["parason"], "parason").tree
+    scripts = role_scripts(tree, "parason", tok)
+    scripts[(0, 0)] = scripts[(0, 0)][:5] + [eos]
+    cfg = ExecutorConfig(mode="executed")
+    prompts, params = [tok.encode("Q: 1\nA:")], SamplingParams(max_new_tokens=200)
+    [a] = RequestExecutor(engine, tok, cfg, Replay([dict(scripts)], eos)).run(prompts, params)
+    [b] = ParallelExecutor(engine.model, tok, cfg, Replay([dict(scripts)], eos)).run(prompts, params)
+    assert text(tok, a) == text(tok, b) and text(tok, a).count(tok.eos_token) == 1
+    assert a.finish_reason == "stop" and parse(text(tok, a).removesuffix(tok.eos_token), "parason").ok
+
+
+def test_a_banned_tag_is_redrawn_then_its_branch_closed(engine):
+    """Past the depth cap a nested <Parallel> is banned. The engine cannot mask it, so the executor drops
+    the draw and resamples (rejection: the banned-token distribution); the replayed script insists, so
+    after MAX_REDRAWS redraws the branch is closed, as EOS in a block would close it."""
+    tok = engine.tokenizer
+    rx, [a], _ = both(engine, [nested_tree()], "parason", "executed", [tok.encode("Q: 1\nA:")], max_depth=1)
+    t = text(tok, a)
+    assert t.count("<Parallel>") == 1 and parse(t.removesuffix(tok.eos_token), "parason").ok
+    assert rx.redraws == MAX_REDRAWS + 1
+
+
+class DropsStopTokens:
+    """An engine that strips the stop token (as vLLM would with a stop *string*): must be refused loudly."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def generate(self, prompts, params, limits=None, processor=None):
+        outs = self.inner.generate(prompts, params, limits=limits, processor=processor)
+        return [Completion(c.token_ids[:-1], c.logprobs[:-1], c.finish_reason) if c.finish_reason == "stop" else c
+                for c in outs]
+
+
+def test_bad_engines_and_configs_are_refused(engine):
+    tok = engine.tokenizer
+    with pytest.raises(ValueError, match="grammar"):
+        RequestExecutor(engine, tok, ExecutorConfig(grammar=True))
+    rx = RequestExecutor(DropsStopTokens(engine), tok, ExecutorConfig(format="parason"),
+                         Replay([role_scripts(nested_tree(), "parason", tok)], tok.eos_token_id))
+    with pytest.raises(RuntimeError, match="stop token"):
+        rx.run([tok.encode("Q: 1\nA:")], SamplingParams(max_new_tokens=50))
+    with pytest.raises(ValueError, match="prompt"):
+        RequestExecutor(engine, tok, ExecutorConfig()).run([[]], SamplingParams())
+
+
+def test_hf_engine_per_request_limits(engine):
+    tok = engine.tokenizer
+    prompts = [tok.encode("Q: 1\nA:"), tok.encode("Q: 2+2\nA:"), tok.encode("Q: 3\nA:")]
+    outs = engine.generate(prompts, SamplingParams(max_new_tokens=12, seed=1), limits=[3, 12, 1])
+    assert [len(c.token_ids) <= n for c, n in zip(outs, [3, 12, 1])] == [True] * 3
+    assert len(outs[2].token_ids) == 1
+    for c, n in zip(outs, [3, 12, 1]):
+        stopped = c.token_ids[-1] == tok.eos_token_id
+        assert c.finish_reason == ("stop" if stopped else "length") and (stopped or len(c.token_ids) == n)
+    # the limits do not change what is sampled: each row's tokens are a prefix of its unlimited run
+    full = engine.generate(prompts, SamplingParams(max_new_tokens=12, seed=1))
+    assert all(f.token_ids[: len(c.token_ids)] == c.token_ids for f, c in zip(full, outs))
+    with pytest.raises(ValueError, match="limits"):
+        engine.generate(prompts, SamplingParams(), limits=[1])
+
+
+class _WholeRequests(HFEngine):
+    """vLLM's boundary (it cannot run here): an engine that only takes whole requests. Decodes with the
+    real hf engine, records what each call asked for, and has no `execute` (no KV executor)."""
+
+    execute = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[int, tuple[int, ...], list[int]]] = []
+
+    def generate(self, prompts, params, limits=None, processor=None):
+        self.calls.append((len(prompts), params.stop_token_ids, list(limits)))
+        return super().generate(prompts, params, limits=limits, processor=processor)
+
+
+if "whole_requests_probe" not in _ENGINES:
+    register_engine("whole_requests_probe")(_WholeRequests)
+
+
+def test_rollout_worker_runs_executed_mode_on_an_engine_without_kv_control(tiny_model_path):
+    """`rollout.executor.dispatch=auto` on a non-hf engine (vLLM's case): the worker drives the engine
+    through the request executor, and its trajectories build the threadweaver batch."""
+    cfg = RolloutConfig(engine="whole_requests_probe", max_new_tokens=24, torch_threads=1,
+                        executor=ExecutorSettings(mode="executed", max_branch_tokens=8))
+    worker = RolloutWorker(cfg, tiny_model_path, fmt="parallel_r1")
+    tok = worker.tokenizer
+    prompt = Prompt(uid="p0", text="Q: 3+4\nA:", token_ids=tok.encode("Q: 3+4\nA:"), ground_truth="7")
+    trajs = worker.generate([prompt], n=3, seed=0)
+    assert len(trajs) == 3 and all(t.record is not None and t.record.reprefill for t in trajs)
+    assert all(t.text == tok.decode(t.response_ids, skip_special_tokens=False).removesuffix(tok.eos_token)
+               for t in trajs)
+    n, stops, limits = worker.engine.calls[0]
+    tags = {tok.convert_tokens_to_ids(t) for t in ("<Parallel>", "<Path>", "</Path>", "<Summary>", "</Summary>")}
+    assert n == 3 and tags <= set(stops) and limits == [24] * 3  # every tag ends a request; budgets per request
+    assert all(len(t.response_ids) <= 24 + 8 for t in trajs)  # the cap, plus at most the forced closing tags
+    batch = build_train_batch("threadweaver", trajs, [0.5, -0.5, 0.0], tok.pad_token_id)
+    assert int(batch.response_mask.sum()) == sum(sum(t.record.sampled) for t in trajs) > 0

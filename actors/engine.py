@@ -14,10 +14,13 @@ from orchestrator.batch import Completion, SamplingParams
 
 
 class Engine(Protocol):
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        """One completion per prompt, in order. Engines with structured outputs (vllm) also take
-        `grammar=` (the format's EBNF, `formats.ebnf`); the hf engine applies the grammar in its
-        executor (`execute`), so the rollout worker sends it only where it applies."""
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 limits: list[int] | None = None) -> list[Completion]:
+        """One completion per prompt, in order. `limits`: each prompt's own max new tokens (the
+        request executor's caps). A completion that ends on a stop token keeps it in `token_ids`.
+        Engines with structured outputs (vllm) also take `grammar=` (the format's EBNF,
+        `formats.ebnf`); the hf engine applies the grammar in its KV executor (`execute`), so the
+        rollout worker sends it only where it applies."""
 
     def load_weights(self, state_dict: dict[str, Any]) -> None:
         """Replace the model weights (the learner's, after an update)."""

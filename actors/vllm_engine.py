@@ -14,17 +14,16 @@ Choices, and why:
 * weight sync: a worker extension method receives the learner's state dict and calls the model's
   own `load_weights`, on every worker (`collective_rpc`).
 
-Not here: the executed fork/join mode (and the sequential tracker, which needs per-token control);
-the config refuses `rollout.executor.mode` other than off with this engine. vLLM attention is
-causal over one sequence, so a join continuation cannot attend to branches' KV *as computed in
-their branches*. Branches as separate requests (Parason's tool-call dispatch on SGLang) would
-re-prefill the branch text causally for the continuation, so every branch token after the first
-branch is seen in two contexts: its own when sampled, the causal concatenation when the
-continuation reads it. One text-order `ExecutionRecord` row cannot express that. What would: score
-each engine request as its own causal row (its context, then its sampled tokens), which is exact
-for any engine and needs only causal attention, at the cost of scoring each shared prefix once
-per request that read it. That is a learner-side change (a second record layout); until then,
-executed mode runs on the HF backend, where the record is exact.
+Parallel formats (rollout.executor.mode sequential / executed) run through the request executor
+(`actors.executor_requests`, `rollout.executor.dispatch` auto -> requests): every tag is a stop
+token (vLLM keeps stop_token_ids in `token_ids`, which the executor relies on and checks),
+`limits` gives each request its own token budget, and a join's continuation is a new request
+that re-reads prefix + branches as text, from the prefix cache. vLLM attention is causal over one
+sequence, so the join cannot read the branches' KV as computed in their branches (the KV
+executor's merge): a later branch's tokens are seen in two contexts. The record says so
+(`reprefill`) and the learner scores one causal row per request (`learner.layout=threadweaver`),
+which is exactly what vLLM computed. Token-level test processors and the xgrammar bitmask need
+per-token control and stay on the hf engine.
 """
 
 from __future__ import annotations

@@ -63,3 +63,31 @@ def test_vllm_weight_sync_changes_outputs(engine, tiny_model_path):
     after = engine.generate([tok.encode("Q: 1\nA:")], params)[0].logprobs
     engine.load_weights(sd)
     assert before != after
+
+
+@pytest.mark.parametrize("fmt", ["parason", "parallel_r1"])
+def test_vllm_executed_mode_rows_reproduce_its_logprobs(engine, tiny_model_path, fmt):
+    """Executed mode on vLLM (the request executor): the threadweaver rows of its records, scored by a
+    transformers forward, give every sampled token the logprob vLLM reported."""
+    from transformers import AutoModelForCausalLM
+
+    from actors.executor import ExecutorConfig
+    from actors.executor_requests import RequestExecutor
+    from orchestrator import algo
+    from orchestrator.batch import SamplingParams, Trajectory
+    from orchestrator.structured import build_train_batch
+
+    tok = engine.tokenizer
+    rx = RequestExecutor(engine, tok, ExecutorConfig(format=fmt, mode="executed", max_branch_tokens=32))
+    prompts = [tok.encode("Q: 3*4+5*6\nA:")] * 8
+    res = rx.run(prompts, SamplingParams(max_new_tokens=96, temperature=1.0, seed=3))
+    trajs = [Trajectory(str(i), p, r.token_ids, r.logprobs, r.finish_reason, "", r.record)
+             for i, (p, r) in enumerate(zip(prompts, res))]
+    batch = build_train_batch("threadweaver", trajs, [1.0] * len(trajs), tok.pad_token_id)
+    hf = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        got = algo.token_logprobs(hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits,
+                                  batch.input_ids, 1.0)
+    mask = batch.response_mask.bool()
+    assert int(mask.sum()) == sum(sum(t.record.sampled) for t in trajs)
+    assert torch.allclose(got[mask], batch.old_logprobs[mask], atol=2e-3)

@@ -21,8 +21,10 @@ request* at a time, as Parason dispatches threads on SGLang:
 Every request re-reads its context causally, as text, with positions 0..n-1 (vLLM with prefix
 caching re-reads the shared prefix from cache). So a later branch's tokens are seen twice: in
 their own request (after the prefix) and, re-read, in the join's (after the earlier branches).
-The record says so (`reprefill=True`) and the learner scores each request as its own causal row
-(`learner.layout=threadweaver`), which is exact here. A request that continues after a forced tag
+The record says so (`reprefill=True`). The learner scores it exactly either as one causal row per
+request (`learner.layout=threadweaver`) or as one row per trajectory, the text causally plus
+copies of the requests that saw less than the text before them (`structured`,
+orchestrator/reprefill.py; the shared prefix is scored once). A request that continues after a forced tag
 or a join keeps its request id (its new context extends the old one causally), so the main chain
 is one row. Logprobs are the engine's (model distribution at temperature T); forced tokens 0.0.
 """

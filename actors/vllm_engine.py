@@ -21,8 +21,9 @@ token (vLLM keeps stop_token_ids in `token_ids`, which the executor relies on an
 that re-reads prefix + branches as text, from the prefix cache. vLLM attention is causal over one
 sequence, so the join cannot read the branches' KV as computed in their branches (the KV
 executor's merge): a later branch's tokens are seen in two contexts. The record says so
-(`reprefill`) and the learner scores one causal row per request (`learner.layout=threadweaver`),
-which is exactly what vLLM computed. Token-level test processors and the xgrammar bitmask need
+(`reprefill`) and the learner scores exactly what vLLM computed: `learner.layout=structured`
+(the text causally plus copies of later branches, orchestrator/reprefill.py) or threadweaver
+(one causal row per request). Token-level test processors and the xgrammar bitmask need
 per-token control and stay on the hf engine.
 """
 

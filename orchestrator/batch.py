@@ -68,9 +68,9 @@ class ExecutionRecord:
     # How a request read earlier segments. False (the KV executor, actors/executor.py): as they were
     # computed where they were generated (merged KV), so one row with segment masks is exact. True
     # (the request executor over any engine, actors/executor_requests.py): every engine request
-    # re-read its whole context causally as text, positions 0..n-1, so each request must be scored
-    # as its own causal row (learner.layout=threadweaver); a join's context is then not expressible
-    # as one masked row (a branch token is seen in its own request and, re-read, in the join's).
+    # re-read its whole context causally as text, positions 0..n-1: a later branch's tokens are seen
+    # in their own request and, re-read, in the join's. Scored exactly by one causal row per request
+    # (learner.layout=threadweaver) or by the text plus copies (structured; orchestrator/reprefill.py).
     reprefill: bool = False
 
 

@@ -81,8 +81,8 @@ class ExecutorSettings:
     # How sequential / executed modes drive the engine. kv: one decode loop that forks the prefix
     # KV and merges branch KV at a join (hf engine only; actors/executor.py) | requests: whole
     # engine requests that stop at every tag and re-read their context (any engine: vLLM;
-    # actors/executor_requests.py; executed mode then needs learner.layout=threadweaver) |
-    # auto: kv on hf, requests elsewhere.
+    # actors/executor_requests.py; the learner scores them exactly with layout structured, which
+    # appends copies of later branches, or threadweaver) | auto: kv on hf, requests elsewhere.
     dispatch: str = "auto"
     # Parallel-R1 executed mode: paths launched per <Parallel> (the format does not announce them).
     num_paths: int = 2
@@ -210,8 +210,9 @@ class LearnerConfig:
     ppo_epochs: int = 1
     # How the learner lays out a trajectory: causal (one row, causal attention: the Seen variant) |
     # structured (one row; each branch sees the prefix and itself, the join sees all branches,
-    # positions as the engine used them: the Unseen variant) | threadweaver (one causal row per
-    # engine request, the advantage broadcast; exact for branches, approximate for the KV
+    # positions as the engine used them: the Unseen variant; request-executor records get the text
+    # causally plus copies of later branches, orchestrator/reprefill.py) | threadweaver (one causal
+    # row per engine request, the advantage broadcast; exact for branches, approximate for the KV
     # executor's joins, exact throughout for the request executor: rollout.executor.dispatch).
     layout: str = "causal"
     gradient_checkpointing: bool = False
@@ -441,11 +442,6 @@ class ParallaxConfig:
         _check(not (self.rollout.executor.mode == "executed" and self.learner.layout == "causal"),
                "learner.layout", "executed branches must be scored with layout structured or threadweaver "
                "(causal would score tokens in a context the engine never used)")
-        _check(not (self.rollout.executor.mode == "executed" and self.rollout.dispatch == "requests"
-                    and self.learner.layout != "threadweaver"), "learner.layout",
-               f"executed mode over whole engine requests (engine={self.rollout.engine}, dispatch requests) "
-               "re-reads every join's context as text: only layout threadweaver (one causal row per request) "
-               "scores that exactly (see ExecutionRecord.reprefill)")
         per_step = self.trainer.prompts_per_step * self.rollout.n
         _check(per_step % self.learner.num_actors == 0, "trainer.prompts_per_step",
                f"prompts_per_step x rollout.n = {per_step} must divide by learner.num_actors")

@@ -7,15 +7,17 @@ Three row layouts, chosen by name (``LAYOUTS``):
 * ``structured``: one row per trajectory in text order, scored with the engine's own segment
   visibility and multiverse positions (actors/masks.py). Exact for the executed mode: each
   branch sees the prefix and itself, the continuation sees every branch as the branch computed it.
+  A request-executor record (``ExecutionRecord.reprefill``: each engine request re-read its
+  context as text, as on vLLM) gets the text causally plus copies of the requests that saw less
+  than the text before them (orchestrator/reprefill.py): exact too, with one prefix per trajectory.
 * ``threadweaver``: one row per engine request (its visible context + its own tokens), plain
   causal attention, the trajectory's advantage broadcast to every row. Works with any attention
   backend (flash / varlen packing, no custom mask) at the cost of recomputing the shared prefix
   once per request (tokens grow with branches x prefix) and of scoring a join's context causally:
   a continuation row lets branch k attend to branches < k, which a KV-merging engine (the KV
   executor) never did, so its continuation tokens are only approximately on-policy. Branch and
-  main rows are exact. For the request executor (``ExecutionRecord.reprefill``: every engine
-  request re-read its context as text, as vLLM does) every row is exactly what the engine computed,
-  and this is the only exact layout; the one-row layouts refuse such records.
+  main rows are exact. For the request executor (``ExecutionRecord.reprefill``) every row is
+  exactly what the engine computed; ``causal`` refuses such records when they fork.
 
 For cold-start SFT of the structured variant, :func:`teacher_record` turns a teacher trace into
 the record the executor would have produced had the model sampled that text, so SFT trains
@@ -317,11 +319,11 @@ def structured_sft_batch(
 
 def _record_of(t: Trajectory, layout: str = "threadweaver") -> ExecutionRecord:
     rec = t.record or sequential_record(len(t.prompt_ids), len(t.response_ids))
-    if layout != "threadweaver" and rec.reprefill and len({r for r in rec.segment_request if r >= 0}) > 1:
+    if layout == "causal" and rec.reprefill and len({r for r in rec.segment_request if r >= 0}) > 1:
         raise ValueError(
             f"trajectory {t.uid}: its engine requests re-read their contexts as text (request executor, "
-            f"ExecutionRecord.reprefill), so a branch token was seen in two contexts; layout {layout!r} "
-            "scores one row per trajectory and cannot express that: use learner.layout=threadweaver"
+            "ExecutionRecord.reprefill), so a later branch saw only the prefix; one causal row cannot "
+            "express that: use learner.layout=structured (copies, orchestrator/reprefill.py) or threadweaver"
         )
     if len(rec.segment_ids) != len(t.prompt_ids) + len(t.response_ids):
         raise ValueError(
@@ -332,16 +334,34 @@ def _record_of(t: Trajectory, layout: str = "threadweaver") -> ExecutionRecord:
 
 
 def structured_train_batch(trajs: list[Trajectory], advantages: list[float], pad_id: int) -> TrainBatch:
-    """``data.train_batch`` rows plus each trajectory's layout; forced tokens leave the loss.
+    """One row per trajectory with its layout; the loss covers sampled tokens only.
 
+    KV-executor and sequential records: the text-order row (``data.train_batch``'s) scored with
+    the record's segment visibility and positions. Request-executor records (``reprefill``): the
+    text-order row, causal, then copies of the requests it cannot hold (orchestrator/reprefill.py).
     Trajectories without a record (plain sequential decoding) get the causal layout.
     """
-    from orchestrator.data import train_batch
+    from orchestrator.reprefill import expand_reprefill
 
-    batch = train_batch(trajs, advantages, pad_id)
-    records = [_record_of(t, "structured") for t in trajs]
-    sampled = _pad([[float(s) for s in r.sampled] for r in records], 0.0, torch.float32)
-    batch.response_mask = batch.response_mask * sampled[:, : batch.response_mask.shape[1]]  # [B, L]
+    rows, loss, old, adv, records = [], [], [], [], []
+    for t, a in zip(trajs, advantages):
+        rec = _record_of(t, "structured")
+        ids, lp = t.prompt_ids + t.response_ids, [0.0] * len(t.prompt_ids) + list(t.logprobs)
+        if rec.reprefill:
+            ids, lp, rec = expand_reprefill(ids, lp, rec)
+        keep = [float(x) for x in rec.sampled]
+        rows.append(ids)
+        loss.append(keep)
+        old.append([x * k for x, k in zip(lp, keep)])
+        adv.append([a * k for k in keep])
+        records.append(rec)
+    batch = TrainBatch(
+        input_ids=_pad(rows, pad_id, torch.long),
+        attention_mask=_pad([[1] * len(r) for r in rows], 0, torch.long),
+        response_mask=_pad(loss, 0.0, torch.float32),
+        old_logprobs=_pad(old, 0.0, torch.float32),
+        advantages=_pad(adv, 0.0, torch.float32),
+    )
     return _with_layout(batch, records)
 
 

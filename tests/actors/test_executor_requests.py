@@ -103,11 +103,19 @@ def reprefill_rows(engine, trees, fmt, prompts):
             for i, (p, r) in enumerate(zip(prompts, res))]
 
 
+def learner_logprobs(model, batch) -> torch.Tensor:
+    """[R, L] logprobs the learner computes for a batch (its `score_logprobs`: masks when the batch has a layout)."""
+    from actors.learner import score_logprobs
+
+    with torch.no_grad():
+        return score_logprobs(model, batch.input_ids, batch.attention_mask, 1.0, batch.structure(), "cpu")
+
+
 @pytest.mark.parametrize("fmt", ["parason", "parallel_r1"])
-def test_threadweaver_rows_reproduce_the_engine_logprobs(engine, fmt):
-    """The learner issue's check, for the request executor: one causal forward over the threadweaver
-    rows gives every sampled token the logprob the engine reported, because each row is exactly what
-    one engine request read (its context re-read as text)."""
+def test_request_records_reproduce_the_engine_logprobs_in_both_exact_layouts(engine, fmt):
+    """The learner issue's check, for the request executor. threadweaver: one causal row per engine
+    request. structured: one row per trajectory, the text causally plus copies of the requests that
+    saw less than the text before them (orchestrator/reprefill.py), scored through the masked path."""
     tok = engine.tokenizer
     if fmt == "parason":
         trees = [nested_tree(), nested_tree()]
@@ -115,18 +123,20 @@ def test_threadweaver_rows_reproduce_the_engine_logprobs(engine, fmt):
         trees = [parse(p.traces[fmt], fmt).tree for p in toyworld.generate("subtask", 2, seed=0)]
     prompts = [tok.encode("Q: 3*4+5*6\nA:"), tok.encode("Q: 1+2\nA:")]  # different lengths
     trajs = reprefill_rows(engine, trees, fmt, prompts)
-    batch = build_train_batch("threadweaver", trajs, [1.0, -1.0], tok.pad_token_id)
-    with torch.no_grad():
-        logits = engine.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    got = algo.token_logprobs(logits, batch.input_ids, 1.0)  # [R, L]
-    mask = batch.response_mask.bool()
     n_sampled = sum(sum(t.record.sampled) for t in trajs)
-    assert int(mask.sum()) == n_sampled > 40  # every sampled token in exactly one row
-    assert torch.allclose(got[mask], batch.old_logprobs[mask], atol=1e-4), (got[mask] - batch.old_logprobs[mask]).abs().max()
-    # the one-row layouts cannot express a branch token seen in two contexts: refused, with the fix named
-    for layout in ("structured", "causal"):
-        with pytest.raises(ValueError, match="threadweaver"):
-            build_train_batch(layout, trajs, [1.0, -1.0], tok.pad_token_id)
+    tokens = {}
+    for layout in ("threadweaver", "structured"):
+        batch = build_train_batch(layout, trajs, [1.0, -1.0], tok.pad_token_id)
+        got, mask = learner_logprobs(engine.model, batch), batch.response_mask.bool()
+        assert int(mask.sum()) == n_sampled > 40, layout  # every sampled token in the loss exactly once
+        err = (got[mask] - batch.old_logprobs[mask]).abs().max()
+        assert err < 1e-4, (layout, err)
+        assert set(batch.advantages[mask].tolist()) == {1.0, -1.0}
+        tokens[layout] = int(batch.attention_mask.sum())
+    text_tokens = sum(len(t.prompt_ids) + len(t.response_ids) for t in trajs)
+    assert text_tokens < tokens["structured"] < tokens["threadweaver"]  # copies only of what the text cannot hold
+    with pytest.raises(ValueError, match="structured"):  # one causal row cannot hold a later branch
+        build_train_batch("causal", trajs, [1.0, -1.0], tok.pad_token_id)
 
 
 def test_a_later_branch_is_scored_in_its_own_context_not_the_joins(engine):

@@ -120,10 +120,8 @@ def test_cli_reports_config_error_before_ray(tmp_path):
 @pytest.mark.parametrize("overrides,key", [
     # the KV executor forks a transformers cache: not on vLLM
     (["rollout=vllm", "rollout.executor.mode=sequential", "rollout.executor.dispatch=kv"], "rollout.executor.dispatch"),
-    # vLLM's executed mode re-reads joins as text: only per-request causal rows score that exactly
-    (["rollout=vllm", "rollout.executor.mode=executed", "learner.layout=structured"], "learner.layout"),
-    (["rollout.executor.mode=executed", "rollout.executor.dispatch=requests", "learner.layout=structured"],
-     "learner.layout"),
+    # executed branches are never one causal row, whatever the dispatch
+    (["rollout=vllm", "rollout.executor.mode=executed"], "learner.layout"),
     # the request executor has no per-token control for a grammar
     (["rollout=vllm", "rollout.executor.mode=sequential", "rollout.executor.grammar=true"], "rollout.executor.grammar"),
     (["rollout.executor.grammar=true"], "rollout.executor.grammar"),  # hf, mode off: nothing would apply it
@@ -135,7 +133,7 @@ def test_executor_mode_and_grammar_must_fit_the_engine(overrides, key):
 
 
 def test_executor_dispatch_resolves_per_engine():
-    vllm = validate(_compose("rollout=vllm", "rollout.executor.mode=executed", "learner.layout=threadweaver"))
+    vllm = validate(_compose("rollout=vllm", "rollout.executor.mode=executed", "learner.layout=structured"))
     assert vllm.rollout.dispatch == "requests"  # auto: vLLM takes whole requests
     assert validate(_compose("rollout.executor.mode=executed", "learner.layout=structured")).rollout.dispatch == "kv"
     hf = validate(_compose("rollout.executor.mode=executed", "rollout.executor.dispatch=requests",

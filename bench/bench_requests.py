@@ -1,0 +1,163 @@
+"""Benchmark: the request executor (vLLM's path) against the KV executor, on the same trajectories.
+
+The tiny model (random weights) replays toyworld Parason teacher traces (`Replay`, passed to the
+hf engine as an engine-level processor), so every run writes the same tokens (checked) and only
+the execution differs. Per batch size B, in one process, runs alternating per repeat:
+
+* requests, sequential: one request chain per trajectory; every tag ends an engine request and
+  the next one re-reads the whole context (the hf engine re-prefills it; vLLM would hit its prefix
+  cache);
+* requests, executed: one request per branch, batched across trajectories; a join re-reads
+  prefix + branches;
+* kv, executed: the KV executor (fork the prefix KV, merge branch KV at the join) for reference.
+
+Figures:
+
+* token_speedup = response tokens / critical-path tokens (from the KV executor's record);
+* req_wall_speedup = wall(requests, sequential) / wall(requests, executed); req_realisation =
+  that / token_speedup (Parason's definition; 0.81-0.93 on SGLang/A800);
+* kv_wall_speedup, kv_over_req = wall(requests, executed) / wall(kv, executed): what merging KV
+  saves over re-reading contexts on this engine;
+* rounds (engine calls) per mode, context tokens re-read per generated token (`reread_per_token`:
+  the prefill work the engine repeats; prefix caching makes most of it cache hits on vLLM);
+* learner_tokens_ratio = tokens of the threadweaver rows (one causal row per request, the only
+  exact layout for these records) / tokens of one text-order row per trajectory.
+
+    python bench/bench_requests.py [--n 16] [--batch 1 4 16] [--repeat 3] [--threads 1]
+
+Prints a table and a final JSON line. On CPU the engine re-prefills every request: this measures
+the executor's scheduling and the re-read cost, not what vLLM would reach (that needs the GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch
+
+import toyworld
+from actors.executor import ExecutorConfig, ParallelExecutor
+from actors.executor_replay import Replay, role_scripts, sequential_script
+from actors.executor_requests import RequestExecutor
+from formats import parse
+from orchestrator.batch import SamplingParams, Trajectory
+from orchestrator.structured import build_train_batch
+
+
+class Counting:
+    """The engine, counting what it is asked to read and write (instrumentation, not a double)."""
+
+    def __init__(self, engine):
+        self.engine, self.read, self.calls = engine, 0, 0
+
+    def generate(self, prompts, params, **kw):
+        self.read += sum(len(p) for p in prompts)
+        self.calls += 1
+        return self.engine.generate(prompts, params, **kw)
+
+
+def run_once(engine, tok, problems, dispatch: str, mode: str):
+    """(wall seconds, executions, engine counter) of one run over `problems`."""
+    trees = [parse(p.traces["parason"], "parason").tree for p in problems]
+    scripts = [role_scripts(t, "parason", tok) if mode == "executed" else sequential_script(t, "parason", tok)
+               for t in trees]
+    cfg = ExecutorConfig(format="parason", mode=mode, max_branches=8, max_branch_tokens=512)
+    prompts = [tok.encode(p.prompt) for p in problems]
+    params = SamplingParams(max_new_tokens=1024, seed=0)
+    counter = Counting(engine)
+    if dispatch == "requests":
+        ex = RequestExecutor(counter, tok, cfg, Replay(scripts, tok.eos_token_id))
+    else:
+        ex = ParallelExecutor(engine.model, tok, cfg, Replay(scripts, tok.eos_token_id))
+    t0 = time.perf_counter()
+    res = ex.run(prompts, params)
+    return time.perf_counter() - t0, res, counter
+
+
+def bench_batch(engine, tok, problems, B: int, repeat: int) -> dict:
+    wall = {k: 0.0 for k in ("req_seq", "req_exec", "kv_exec")}
+    ratios, calls, read, gen, tw_tokens, row_tokens = [], {"req_seq": 0, "req_exec": 0}, 0, 0, 0, 0
+    for i in range(0, len(problems), B):
+        chunk = problems[i:i + B]
+        best, outs = dict.fromkeys(wall, float("inf")), {}
+        for _ in range(repeat):  # alternate, so every variant sees the same load
+            for key, dispatch, mode in (("req_seq", "requests", "sequential"), ("req_exec", "requests", "executed"),
+                                        ("kv_exec", "kv", "executed")):
+                t, res, counter = run_once(engine, tok, chunk, dispatch, mode)
+                best[key] = min(best[key], t)
+                outs[key] = (res, counter)
+        texts = {k: [r.token_ids for r in res] for k, (res, _) in outs.items()}
+        assert texts["req_seq"] == texts["req_exec"] == texts["kv_exec"], "variants wrote different tokens"
+        for k in wall:
+            wall[k] += best[k]
+        for k in calls:
+            calls[k] += outs[k][1].calls
+        prompts = [tok.encode(p.prompt) for p in chunk]
+        kv_res, (req_res, counter) = outs["kv_exec"][0], outs["req_exec"]
+        read += counter.read
+        gen += sum(len(r.token_ids) for r in req_res)
+        ratios += [len(r.token_ids) / (max(r.record.position_ids) + 1 - len(p)) for r, p in zip(kv_res, prompts)]
+        trajs = [Trajectory(str(j), p, r.token_ids, r.logprobs, r.finish_reason, "", r.record)
+                 for j, (p, r) in enumerate(zip(prompts, req_res))]
+        tw_tokens += int(build_train_batch("threadweaver", trajs, [0.0] * len(trajs), 0).attention_mask.sum())
+        row_tokens += sum(len(p) + len(r.token_ids) for p, r in zip(prompts, req_res))
+    token_speedup = sum(ratios) / len(ratios)
+    req = wall["req_seq"] / wall["req_exec"]
+    return {
+        "batch": B,
+        "token_speedup": round(token_speedup, 3),
+        "req_wall_speedup": round(req, 3),
+        "req_realisation": round(req / token_speedup, 3),
+        "kv_wall_speedup_vs_req_seq": round(wall["req_seq"] / wall["kv_exec"], 3),
+        "kv_over_req": round(wall["req_exec"] / wall["kv_exec"], 3),
+        "rounds_seq": calls["req_seq"],
+        "rounds_exec": calls["req_exec"],
+        "reread_per_token": round(read / gen, 2),
+        "learner_tokens_ratio": round(tw_tokens / row_tokens, 3),
+        "t_req_seq_s": round(wall["req_seq"], 3),
+        "t_req_exec_s": round(wall["req_exec"], 3),
+        "t_kv_exec_s": round(wall["kv_exec"], 3),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=16)
+    ap.add_argument("--difficulty", type=int, default=3)
+    ap.add_argument("--family", default="subtask")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 4, 16])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from actors.hf_engine import HFEngine
+    from tinylm import TinyModelConfig, build_tiny_model
+
+    mcfg = TinyModelConfig(hidden_size=args.hidden, num_layers=args.layers, intermediate_size=3 * args.hidden)
+    path = build_tiny_model(tempfile.mkdtemp(prefix="bench_req_"), mcfg, toyworld.corpus(500, 0))
+    engine = HFEngine(str(path))
+    tok = engine.tokenizer
+    problems = toyworld.generate(args.family, args.n, seed=0, difficulty=args.difficulty)
+    print(f"load: {os.getloadavg()}  n={args.n} family={args.family} difficulty={args.difficulty} "
+          f"model: hidden={args.hidden} layers={args.layers} threads={args.threads}")
+    rows = [bench_batch(engine, tok, problems, B, args.repeat) for B in args.batch]
+    keys = list(rows[0])
+    print(" ".join(f"{k:>12.12}" for k in keys))
+    for r in rows:
+        print(" ".join(f"{r[k]!s:>12.12}" for k in keys))
+    print(json.dumps({"bench": "requests", "threads": args.threads, "load": os.getloadavg(), "n": args.n,
+                      "family": args.family, "difficulty": args.difficulty, "hidden": args.hidden,
+                      "layers": args.layers, "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()

@@ -16,6 +16,9 @@ from formats import SUBTASK, Trajectory, get_spec, render
 class Replay:
     """Logits processor: row (traj, role) emits scripts[traj][role] token by token, then EOS.
 
+    A row whose tokens shrink or change under it (the request executor cut a completion and
+    dropped its tail) is replayed from its start again.
+
     A token the executor forced (a closing tag at a cap) re-synchronises the script just after
     that tag's next occurrence, so a capped run continues the script where the structure does.
 
@@ -32,7 +35,9 @@ class Replay:
 
     def _pointer(self, r: RowView) -> int:
         script = self.scripts[r.traj].get(r.role, [])
-        st = self.state.setdefault((r.traj, r.role), [0, 0])
+        st = self.state.setdefault((r.traj, r.role), [0, 0, None])
+        if len(r.tokens) < st[1] or (st[1] and r.tokens[st[1] - 1] != st[2]):
+            st[:] = [0, 0, None]  # the row dropped tokens this processor saw (a cut completion): re-sync
         for tok in r.tokens[st[1]:]:
             if st[0] < len(script) and script[st[0]] == tok:
                 st[0] += 1
@@ -40,6 +45,7 @@ class Replay:
                 rest = script[st[0]:]
                 st[0] = st[0] + rest.index(tok) + 1 if tok in rest else len(script)
         st[1] = len(r.tokens)
+        st[2] = r.tokens[-1] if r.tokens else None
         return st[0]
 
     def __call__(self, rows: list[RowView], x: torch.Tensor) -> torch.Tensor:

@@ -5,11 +5,16 @@ join; it needs per-token control of a transformers model. Engines such as vLLM o
 requests, so this executor drives the same `Tracker` (actors/executor_format.py) one *engine
 request* at a time, as Parason dispatches threads on SGLang:
 
-* every tag of the format is a stop token, so a request ends at each tag; the executor feeds the
-  tag to the trajectory's tracker and acts: forced tags and headers are appended, a fork point
-  launches one request per branch (context: the prefix and the branch's opening tag), a branch's
-  closing tag ends its request, and when every branch of a block has ended the continuation
-  request reads prefix + every branch's text + the forced join tag;
+* the tags where the executor acts are stop tokens (`stop_tags`: a branch's closing tag, the
+  fork point, Parallel-R1's `</Summary>`); the executor feeds each returned token to the
+  trajectory's tracker and acts: forced tags and headers are appended, a fork point launches one
+  request per branch (context: the prefix and the branch's opening tag), a branch's closing tag
+  ends its request, and when every branch of a block has ended the continuation request reads
+  prefix + every branch's text + the forced join tag;
+* where the executor must act on a token that is not a stop token (a cap reached, `</Outlines>`
+  forced after `max_branches` entries, a banned tag) the completion is cut there and the rest
+  dropped: every kept token was sampled in the context the record gives it, so cutting is exact
+  and costs only the dropped tokens. Fewer stop tokens, fewer engine rounds;
 * a tag the tracker bans there (a block past the depth cap) is dropped and the request resampled
   from the same context: rejection sampling, so the text follows the banned-token distribution
   exactly. After `MAX_REDRAWS` refusals in a row (at once when greedy) the branch is closed, as
@@ -85,6 +90,7 @@ class _Req:
     group: _Group | None = None
     k: int = 0
     refused: int = 0  # banned draws in a row
+    cut: bool = False  # this round's completion was cut (a banned draw): ignore the rest of it
 
     def view(self) -> RowView:
         return RowView(self.traj.index, self.role, self.role_tokens)
@@ -122,7 +128,7 @@ class RequestExecutor:
             raise ValueError("temperature must be > 0 (use greedy=True for argmax decoding)")
         self._params, self._next_request, self.rounds, self._reqs = params, 0, 0, []
         self._stops = {self.eos, *params.stop_token_ids}
-        stop_ids = tuple(sorted(set(params.stop_token_ids) | set(self.tags.ids.values())))
+        stop_ids = tuple(sorted(set(params.stop_token_ids) | self.stop_tags()))
         trajs = [_Traj(i) for i in range(len(prompts))]
         pending = [self._main(t, p) for t, p in zip(trajs, prompts)]
         while pending:
@@ -146,7 +152,7 @@ class RequestExecutor:
     def _check_completion(self, r: _Req, c: Completion) -> None:
         if len(c.logprobs) != len(c.token_ids):
             raise RuntimeError(f"engine returned {len(c.token_ids)} tokens but {len(c.logprobs)} logprobs")
-        if c.finish_reason == "stop" and (not c.token_ids or c.token_ids[-1] not in self._stops | set(self.tags.ids.values())):
+        if c.finish_reason == "stop" and (not c.token_ids or c.token_ids[-1] not in self._stops | self.stop_tags()):
             raise RuntimeError("engine finished a request with 'stop' but dropped the stop token; the request "
                                "executor needs it in token_ids (vLLM keeps stop_token_ids there)")
 
@@ -161,9 +167,18 @@ class RequestExecutor:
                 for r, c in items:
                     if i < len(c.token_ids) and self._takes_samples(r):
                         self._take(r, c.token_ids[i], c.logprobs[i])
+        for r in reqs:
+            r.cut = False  # a cut lasts for the rest of its completion only
+
+    def stop_tags(self) -> set[int]:
+        """Tags that end an engine request: where the executor (almost) always acts. Other actions
+        (caps, bans, forced </Outlines>) cut the completion instead (module docstring)."""
+        s = self.spec
+        tags = [s.thread_close, s.outlines_close] if s.is_parason else [s.path_close, s.parallel_open, s.summary_close]
+        return {self.tags[t] for t in tags}
 
     def _takes_samples(self, r: _Req) -> bool:
-        return r.live and not r.forced and not r.tracker.closing
+        return r.live and not r.forced and not r.tracker.closing and not r.cut
 
     def _settle(self) -> list[_Req]:
         """Write forced and closing tokens (forks and joins follow); the requests that sample next."""
@@ -194,6 +209,7 @@ class RequestExecutor:
             r.traj.redraws += 1
             if self._params.greedy or r.refused > MAX_REDRAWS:
                 r.tracker.start_closing(whole_request=False)
+            r.cut = True  # the rest of this completion followed the banned tag: drop it
             return  # the next round resamples from the same context
         r.refused = 0
         self._emit(r, tok, logprob)  # a fork or join it causes starts requests; `_settle` picks them up

@@ -20,8 +20,10 @@ Figures:
   saves over re-reading contexts on this engine;
 * rounds (engine calls) per mode, context tokens re-read per generated token (`reread_per_token`:
   the prefill work the engine repeats; prefix caching makes most of it cache hits on vLLM);
-* learner_tokens_ratio = tokens of the threadweaver rows (one causal row per request, the only
-  exact layout for these records) / tokens of one text-order row per trajectory.
+* learner tokens: the rows the learner scores for these records, over one text-order row per
+  trajectory — `tw_tokens_ratio` for threadweaver (one causal row per request: the prefix once
+  per request), `struct_tokens_ratio` for structured (the text plus copies of later branches,
+  orchestrator/reprefill.py). Both are exact; the KV executor's records need ratio 1.0.
 
     python bench/bench_requests.py [--n 16] [--batch 1 4 16] [--repeat 3] [--threads 1]
 
@@ -83,7 +85,8 @@ def run_once(engine, tok, problems, dispatch: str, mode: str):
 
 def bench_batch(engine, tok, problems, B: int, repeat: int) -> dict:
     wall = {k: 0.0 for k in ("req_seq", "req_exec", "kv_exec")}
-    ratios, calls, read, gen, tw_tokens, row_tokens = [], {"req_seq": 0, "req_exec": 0}, 0, 0, 0, 0
+    ratios, calls, read, gen, row_tokens = [], {"req_seq": 0, "req_exec": 0}, 0, 0, 0
+    learner = {"threadweaver": 0, "structured": 0}
     for i in range(0, len(problems), B):
         chunk = problems[i:i + B]
         best, outs = dict.fromkeys(wall, float("inf")), {}
@@ -106,7 +109,8 @@ def bench_batch(engine, tok, problems, B: int, repeat: int) -> dict:
         ratios += [len(r.token_ids) / (max(r.record.position_ids) + 1 - len(p)) for r, p in zip(kv_res, prompts)]
         trajs = [Trajectory(str(j), p, r.token_ids, r.logprobs, r.finish_reason, "", r.record)
                  for j, (p, r) in enumerate(zip(prompts, req_res))]
-        tw_tokens += int(build_train_batch("threadweaver", trajs, [0.0] * len(trajs), 0).attention_mask.sum())
+        for layout in learner:
+            learner[layout] += int(build_train_batch(layout, trajs, [0.0] * len(trajs), 0).attention_mask.sum())
         row_tokens += sum(len(p) + len(r.token_ids) for p, r in zip(prompts, req_res))
     token_speedup = sum(ratios) / len(ratios)
     req = wall["req_seq"] / wall["req_exec"]
@@ -120,7 +124,8 @@ def bench_batch(engine, tok, problems, B: int, repeat: int) -> dict:
         "rounds_seq": calls["req_seq"],
         "rounds_exec": calls["req_exec"],
         "reread_per_token": round(read / gen, 2),
-        "learner_tokens_ratio": round(tw_tokens / row_tokens, 3),
+        "tw_tokens_ratio": round(learner["threadweaver"] / row_tokens, 3),
+        "struct_tokens_ratio": round(learner["structured"] / row_tokens, 3),
         "t_req_seq_s": round(wall["req_seq"], 3),
         "t_req_exec_s": round(wall["req_exec"], 3),
         "t_kv_exec_s": round(wall["kv_exec"], 3),

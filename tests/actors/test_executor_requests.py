@@ -263,8 +263,9 @@ def test_rollout_worker_runs_executed_mode_on_an_engine_without_kv_control(tiny_
     assert all(t.text == tok.decode(t.response_ids, skip_special_tokens=False).removesuffix(tok.eos_token)
                for t in trajs)
     n, stops, limits = worker.engine.calls[0]
-    tags = {tok.convert_tokens_to_ids(t) for t in ("<Parallel>", "<Path>", "</Path>", "<Summary>", "</Summary>")}
-    assert n == 3 and tags <= set(stops) and limits == [24] * 3  # every tag ends a request; budgets per request
+    acts = {tok.convert_tokens_to_ids(t) for t in ("<Parallel>", "</Path>", "</Summary>")}  # fork, join, force
+    inert = {tok.convert_tokens_to_ids(t) for t in ("<Path>", "<Summary>", "</Parallel>")}
+    assert n == 3 and acts <= set(stops) and not inert & set(stops) and limits == [24] * 3
     assert all(len(t.response_ids) <= 24 + 8 for t in trajs)  # the cap, plus at most the forced closing tags
     batch = build_train_batch("threadweaver", trajs, [0.5, -0.5, 0.0], tok.pad_token_id)
     assert int(batch.response_mask.sum()) == sum(sum(t.record.sampled) for t in trajs) > 0

@@ -26,7 +26,7 @@ exactly the layout the engine will run (see actors/executor*.py for the engine s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -294,20 +294,30 @@ def _with_layout(batch, records: list[ExecutionRecord]):
 
 
 def structured_sft_batch(
-    problems: list, trace: str, tokenizer, mode: str = "executed", loss_on_forced: bool = False
+    problems: list, trace: str, tokenizer, mode: str = "executed", loss_on_forced: bool = False,
+    reprefill: bool = False,
 ) -> SFTBatch:
     """Prompt + teacher trace + EOS with the layout the executor would run (`mode`), completion-only loss.
 
     Same token rows as ``orchestrator.data.sft_batch``. The loss covers the tokens the engine will
     *sample* (forced tags are written by the executor, never by the model) unless `loss_on_forced`.
+    `reprefill`: the layout the request executor runs (rollout.executor.dispatch=requests, vLLM):
+    the same segments and visibility, but every request re-reads its context as text, so the rows
+    are the text causally plus copies of later branches (orchestrator/reprefill.py).
     """
+    from orchestrator.reprefill import expand_reprefill
+
     rows, loss, records = [], [], []
     for p in problems:
         prompt = tokenizer(p.prompt, add_special_tokens=False)["input_ids"]
         ids, rec = teacher_record(prompt, p.traces[trace], trace, tokenizer, mode=mode)
-        rows.append(prompt + ids)
-        keep = [1.0 if (s or loss_on_forced) else 0.0 for s in rec.sampled[len(prompt) :]]
-        loss.append([0.0] * len(prompt) + keep)
+        row = prompt + ids
+        if loss_on_forced:
+            rec = replace(rec, sampled=[t >= len(prompt) for t in range(len(row))])
+        if reprefill:
+            row, _, rec = expand_reprefill(row, [0.0] * len(row), replace(rec, reprefill=True))
+        rows.append(row)
+        loss.append([float(s) for s in rec.sampled])
         records.append(rec)
     batch = SFTBatch(
         _pad(rows, tokenizer.pad_token_id, torch.long),

@@ -168,7 +168,8 @@ class Trainer:
         with t("step"):
             problems = self.data.next(stage, self._batch_size(stage))
             if self.cfg.learner.layout == "structured":  # train the layout the executor will run
-                batch = structured_sft_batch(problems, self.cfg.data.trace, self.tokenizer, mode="executed")
+                batch = structured_sft_batch(problems, self.cfg.data.trace, self.tokenizer, mode="executed",
+                                             reprefill=self.cfg.rollout.dispatch == "requests")
             else:
                 batch = sft_batch(problems, self.cfg.data.trace, self.tokenizer)
             lr, wd = self._lr(stage)

@@ -269,3 +269,29 @@ def test_rollout_worker_runs_executed_mode_on_an_engine_without_kv_control(tiny_
     assert all(len(t.response_ids) <= 24 + 8 for t in trajs)  # the cap, plus at most the forced closing tags
     batch = build_train_batch("threadweaver", trajs, [0.5, -0.5, 0.0], tok.pad_token_id)
     assert int(batch.response_mask.sum()) == sum(sum(t.record.sampled) for t in trajs) > 0
+
+
+@pytest.mark.parametrize("fmt", ["parason", "parallel_r1"])
+def test_sft_on_teacher_traces_trains_the_layout_the_request_executor_runs(engine, fmt):
+    """Cold-start SFT with dispatch requests (`structured_sft_batch(..., reprefill=True)`) builds, from the
+    teacher trace alone, the very rows, positions, visibility and loss the learner builds from the request
+    executor's own records when it samples that trace."""
+    from orchestrator.structured import structured_sft_batch
+
+    tok = engine.tokenizer
+    train, _ = toyworld.make_splits(4, 1, seed=3, difficulty=1, family="mixed")
+    probs = train[:2]
+    trees = [parse(p.traces[fmt], fmt).tree for p in probs]
+    prompts = [tok(p.prompt, add_special_tokens=False)["input_ids"] for p in probs]
+    rx = RequestExecutor(engine, tok, ExecutorConfig(format=fmt, mode="executed"),
+                         Replay(scripts_for(trees, fmt, "executed", tok), tok.eos_token_id))
+    res = rx.run(prompts, SamplingParams(max_new_tokens=300, seed=0))
+    trajs = [Trajectory(str(i), p, r.token_ids, r.logprobs, r.finish_reason, text(tok, r), r.record)
+             for i, (p, r) in enumerate(zip(prompts, res))]
+    assert [t.text for t in trajs] == [p.traces[fmt] + tok.eos_token for p in probs]
+    rl = build_train_batch("structured", trajs, [1.0, 1.0], tok.pad_token_id)
+    sft = structured_sft_batch(probs, fmt, tok, mode="executed", reprefill=True)
+    assert sft.input_ids.shape[1] > max(len(p) + len(r.token_ids) for p, r in zip(prompts, res))  # copies
+    assert torch.equal(sft.input_ids, rl.input_ids) and torch.equal(sft.loss_mask, rl.response_mask)
+    assert torch.equal(sft.position_ids, rl.position_ids) and torch.equal(sft.segment_ids, rl.segment_ids)
+    assert torch.equal(sft.segment_visible, rl.segment_visible)

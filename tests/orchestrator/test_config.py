@@ -12,6 +12,7 @@ from orchestrator.config import ConfigError, ParallaxConfig, register_configs, v
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+PAPER = sorted(f"paper/{p.stem}" for p in (CONF / "experiment" / "paper").glob("*.yaml"))
 register_configs()
 
 
@@ -31,6 +32,14 @@ def test_default_composes_to_typed_config():
 def test_every_experiment_composes(name):
     cfg = validate(_compose(f"+experiment={name}"))
     assert cfg.trainer.prompts_per_step >= 1
+
+
+@pytest.mark.parametrize("name", PAPER)
+def test_every_paper_experiment_composes(name):
+    cfg = validate(_compose(f"+experiment={name}"))
+    assert cfg.rollout.engine == "vllm" and cfg.model.path is not None
+    if cfg.rollout.executor.mode == "executed":  # on vLLM: the request executor, scored exactly
+        assert cfg.rollout.dispatch == "requests" and cfg.learner.layout in ("structured", "threadweaver")
 
 
 def test_unknown_experiment_is_reported():

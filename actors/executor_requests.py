@@ -21,7 +21,13 @@ request* at a time, as Parason dispatches threads on SGLang:
   after EOS in a block;
 * caps as in the KV executor: `max_branch_tokens` and the trajectory's `max_new_tokens` become each
   request's token limit; a trajectory over its budget closes every open block;
-* all live requests of all trajectories go to the engine together, one `generate` call per round.
+* all live requests of all trajectories go to the engine together, one `generate` call per round;
+* `grammar`: each request is constrained by the part of the format's grammar it writes
+  (`formats.ebnf(spec, start)`: the response, a thread / path body + its closing tag, a summary
+  body), through the engine's structured outputs (vLLM; xgrammar bitmasks on hf). The engine
+  matches strings, so it cannot stop a tag spelled in pieces the way the KV executor's masker
+  does (`actors/grammar_processor.py`); a request restarted mid-text (after a cut) re-enters its
+  body's grammar at the start.
 
 Every request re-reads its context causally, as text, with positions 0..n-1 (vLLM with prefix
 caching re-reads the shared prefix from cache). So a later branch's tokens are seen twice: in
@@ -91,6 +97,7 @@ class _Req:
     k: int = 0
     refused: int = 0  # banned draws in a row
     cut: bool = False  # this round's completion was cut (a banned draw): ignore the rest of it
+    tail: str = ""  # grammar on: trailing text that could be the start of a tag spelled in pieces
 
     def view(self) -> RowView:
         return RowView(self.traj.index, self.role, self.role_tokens)
@@ -109,14 +116,16 @@ class RequestExecutor:
     """Runs trajectories in executed or sequential mode over `engine.generate`, request by request."""
 
     def __init__(self, engine, tokenizer, cfg: ExecutorConfig, processor: Processor | None = None):
-        if cfg.grammar:
-            raise ValueError("the request executor does not constrain decoding: set rollout.executor.grammar=false "
-                             "(a grammar needs per-token control: the hf engine's KV executor)")
         self.engine, self.tokenizer, self.cfg, self.processor = engine, tokenizer, cfg, processor
         self.spec = get_spec(cfg.format, max_branches=cfg.max_branches, max_depth=cfg.max_depth,
                              min_branches=min(2, cfg.max_branches))
         self.tags = TagIds.from_tokenizer(self.spec, tokenizer)
         self.eos = tokenizer.eos_token_id
+        self._tag_set = frozenset(self.tags.ids.values())
+        self._prefixes = {t[:i] for t in self.spec.tags for i in range(1, len(t))}
+        self._longest = max(len(t) for t in self.spec.tags)
+        self._texts: dict[int, str] = {}
+        self.free = 0  # grammar on: requests that started where no grammar fragment applies (last run)
         self.rounds = 0  # engine calls (rounds of requests) of the last run
         self.redraws = 0  # banned tags dropped and resampled in the last run
 
@@ -126,7 +135,7 @@ class RequestExecutor:
             raise ValueError("every prompt needs at least one token")
         if params.temperature <= 0:
             raise ValueError("temperature must be > 0 (use greedy=True for argmax decoding)")
-        self._params, self._next_request, self.rounds, self._reqs = params, 0, 0, []
+        self._params, self._next_request, self.rounds, self._reqs, self.free = params, 0, 0, [], 0
         self._stops = {self.eos, *params.stop_token_ids}
         stop_ids = tuple(sorted(set(params.stop_token_ids) | self.stop_tags()))
         trajs = [_Traj(i) for i in range(len(prompts))]
@@ -135,6 +144,8 @@ class RequestExecutor:
             sp = dataclasses.replace(params, stop_token_ids=stop_ids, seed=params.seed + 1_000_003 * self.rounds)
             limits = [self._limit(r) for r in pending]
             kw = {}
+            if self.cfg.grammar:
+                kw["grammar"] = [self._grammar(r) for r in pending]
             if self.processor is not None:
                 kw["processor"] = replay_processor(self.processor, [r.view() for r in pending])
             outs = self.engine.generate([r.context for r in pending], dataclasses.replace(sp, max_new_tokens=max(limits)),
@@ -143,6 +154,8 @@ class RequestExecutor:
             for r, c in zip(pending, outs):
                 r.traj.calls += 1
                 self._check_completion(r, c)
+            if self.cfg.grammar:
+                outs = [self._unspelled(r, c) for r, c in zip(pending, outs)]
             self._consume(pending, outs)
             pending = self._settle()
         self.redraws = sum(t.redraws for t in trajs)
@@ -214,6 +227,63 @@ class RequestExecutor:
         r.refused = 0
         self._emit(r, tok, logprob)  # a fork or join it causes starts requests; `_settle` picks them up
 
+    def _unspelled(self, r: _Req, c: Completion) -> Completion:
+        """`c` cut where a tag begins to be spelled in pieces (`<`, `Out`, `lines>`): the engine's
+        grammar matches strings and lets that through, the tracker watches tag tokens and would not
+        see it. The request resamples from the cut (rejection, as for a banned tag)."""
+        tail, begin = r.tail, (0 if r.tail else None)  # begin: first token of the pending prefix
+        for i, tok in enumerate(c.token_ids):
+            if tok in self._tag_set:
+                tail, begin = "", None
+                continue
+            text = self._text(tok)
+            if any(t in tail + text for t in self.spec.tags):
+                r.refused += 1
+                r.traj.redraws += 1
+                if self._params.greedy or r.refused > MAX_REDRAWS:
+                    r.tracker.start_closing(whole_request=False)
+                cut = i if begin is None else begin
+                return Completion(c.token_ids[:cut], c.logprobs[:cut], "length")
+            tail = self._pending(tail + text)
+            begin = None if not tail else (i if len(tail) <= len(text) else begin)
+        return c
+
+    def _text(self, tok: int) -> str:
+        if tok not in self._texts:
+            self._texts[tok] = self.tokenizer.decode([tok], skip_special_tokens=False)
+        return self._texts[tok]
+
+    def _pending(self, text: str) -> str:
+        """Longest suffix of `text` that is a proper prefix of a tag ('' if none)."""
+        for i in range(max(0, len(text) - self._longest), len(text)):
+            if text[i:] in self._prefixes:
+                return text[i:]
+        return ""
+
+    def _grammar(self, r: _Req) -> str | None:
+        """The EBNF for what request `r` writes next (`formats.ebnf(spec, start)`): the response's
+        grammar on the main chain, a branch body + closing tag inside a branch, Parallel-R1's summary
+        body + `</Summary>`; a Parason outline resumed part-way (after a cut) its remaining entries up to
+        `</Outlines>`. Anything else (none known) goes free and is counted (`free`)."""
+        from formats import ebnf
+
+        top = r.tracker.frames[-1]
+        if top.kind == "seq":
+            if top.close is None:
+                return ebnf(self.spec, "main")
+            return ebnf(self.spec, f"thread_{top.depth}" if self.spec.is_parason else "path")
+        if top.kind == "summary" and not top.flag:
+            return ebnf(self.spec, "summary")
+        if top.kind == "outline":  # resumed inside an outline (a cut stopped it there)
+            if not top.flag:
+                return ebnf(self.spec, "outline_pre")
+            if top.close is None:
+                return ebnf(self.spec, f"outline_{top.n}")
+            kind = "subtask" if top.close == self.tags[self.spec.subtask_close] else "trial"
+            return ebnf(self.spec, f"{kind}_{top.n}")
+        self.free += 1
+        return None
+
     def _limit(self, r: _Req) -> int:
         """Tokens request `r` may sample before a cap closes it (the KV executor's `_check_caps`)."""
         lim = self._params.max_new_tokens - r.traj.emitted
@@ -234,6 +304,8 @@ class RequestExecutor:
         r.context.append(tok)
         r.role_tokens.append(tok)
         r.traj.emitted += 1
+        if self.cfg.grammar:
+            r.tail = "" if tok in self._tag_set else self._pending(r.tail + self._text(tok))
         ev = r.tracker.observe(tok)
         r.forced.extend(ev.force)
         self._check_caps(r)

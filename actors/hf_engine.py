@@ -78,21 +78,43 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams, limits: list[int] | None = None,
-                 processor: Callable[[list[list[int]], torch.Tensor], torch.Tensor] | None = None) -> list[Completion]:
+                 processor: Callable[[list[list[int]], torch.Tensor], torch.Tensor] | None = None,
+                 grammar: str | list[str | None] | None = None) -> list[Completion]:
         """One completion per prompt. `limits`: each prompt's own max new tokens (<= params'). `processor`
         (tests, bench: `actors.executor_requests.replay_processor`) maps (tokens each row generated so far,
-        logits / T [B, V]) to the logits the token is drawn from; logprobs stay the model's."""
+        logits / T [B, V]) to the logits the token is drawn from; logprobs stay the model's.
+        `grammar`: an EBNF grammar (xgrammar dialect, `formats.ebnf`) for every prompt, or one per
+        prompt (None: free), applied as a token bitmask, as vLLM's structured outputs do. Logprobs are
+        the model's unmasked `logits / T` (`actors/grammar_processor.py` says why)."""
         if limits is not None and (len(limits) != len(prompts) or min(limits, default=1) < 1):
             raise ValueError("limits needs one value >= 1 per prompt")
+        grammars = grammar if isinstance(grammar, list) else [grammar] * len(prompts)
+        if len(grammars) != len(prompts):
+            raise ValueError("grammar needs one entry per prompt")
         out: list[Completion] = []
         gen = torch.Generator().manual_seed(params.seed)
         for i in range(0, len(prompts), self.max_batch_size):
-            lim = limits[i : i + self.max_batch_size] if limits is not None else None
-            out.extend(self._generate_batch(prompts[i : i + self.max_batch_size], params, gen, lim, processor))
+            chunk = slice(i, i + self.max_batch_size)
+            lim = limits[chunk] if limits is not None else None
+            out.extend(self._generate_batch(prompts[chunk], params, gen, lim, processor, grammars[chunk]))
         return out
 
+    def _matchers(self, grammars: list[str | None]) -> list | None:
+        """One xgrammar matcher per row with a grammar (compiled once per grammar text)."""
+        if not any(grammars):
+            return None
+        import xgrammar as xgr
+
+        if not hasattr(self, "_grammar_compiler"):
+            vocab = self.model.config.vocab_size
+            info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=vocab)
+            self._grammar_compiler, self._compiled = xgr.GrammarCompiler(info), {}
+        for g in set(grammars) - {None} - set(self._compiled):
+            self._compiled[g] = self._grammar_compiler.compile_grammar(g)
+        return [xgr.GrammarMatcher(self._compiled[g]) if g else None for g in grammars]
+
     def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, gen: torch.Generator,
-                        limits: list[int] | None = None, processor=None):
+                        limits: list[int] | None = None, processor=None, grammars: list | None = None):
         ids, mask = _left_pad(prompts, self.pad_id)
         ids, mask = ids.to(self.device), mask.to(self.device)
         B = ids.shape[0]
@@ -105,6 +127,7 @@ class HFEngine:
         lengths = cap.clone()
         done = torch.zeros(B, dtype=torch.bool, device=self.device)
         decoder = KVDecoder(self.model)
+        matchers = self._matchers(grammars or [None] * B)
         raw = decoder.prefill(ids, mask, pos)  # [B, V]
         step_pos = pos[:, -1:]
         for t in range(T):
@@ -112,10 +135,14 @@ class HFEngine:
             if params.top_p < 1.0:
                 logits = _top_p_filter(logits, params.top_p)
             logp = logits.log_softmax(-1)  # [B, V] the sampling distribution
+            if matchers is not None:  # the grammar limits the draw, not the reported logprob
+                logits = self._grammar_mask(logits, matchers, done)
             if processor is not None:  # each row's tokens so far (a finished row: up to its stop)
                 upto = torch.minimum(lengths, torch.tensor(t)).tolist()
                 gen_so_far = [row[:n] for row, n in zip(tokens[:, :t].tolist(), upto)]
                 draw = processor(gen_so_far, logits).log_softmax(-1)
+            elif matchers is not None:
+                draw = logits.log_softmax(-1)
             else:
                 draw = logp
             if params.greedy:
@@ -123,6 +150,10 @@ class HFEngine:
             else:
                 nxt = torch.multinomial(draw.exp().cpu(), 1, generator=gen).squeeze(-1).to(self.device)
             nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)  # [B]
+            if matchers is not None:
+                for b, m in enumerate(matchers):
+                    if m is not None and not bool(done[b]) and not m.accept_token(int(nxt[b])):
+                        raise RuntimeError(f"row {b}: the grammar refused token {int(nxt[b])} it allowed")
             tokens[:, t] = nxt.cpu()
             logps[:, t] = logp.gather(-1, nxt[:, None]).squeeze(-1).cpu()
             hit = torch.isin(nxt, stops) & ~done
@@ -138,3 +169,17 @@ class HFEngine:
             stopped = int(tokens[b, n - 1]) in stop_ids
             results.append(Completion(tokens[b, :n].tolist(), logps[b, :n].tolist(), "stop" if stopped else "length"))
         return results
+
+    def _grammar_mask(self, logits: torch.Tensor, matchers: list, done: torch.Tensor) -> torch.Tensor:
+        """`logits` [B, V] with every token a row's grammar forbids at -inf (a copy; rows without one kept)."""
+        import xgrammar as xgr
+
+        rows = [b for b, m in enumerate(matchers) if m is not None and not bool(done[b])]
+        if not rows:
+            return logits
+        bitmask = xgr.allocate_token_bitmask(len(matchers), logits.shape[-1])
+        for b in rows:
+            matchers[b].fill_next_token_bitmask(bitmask, b)
+        out = logits.clone()
+        xgr.apply_token_bitmask_inplace(out, bitmask.to(out.device), indices=rows)
+        return out

@@ -15,16 +15,17 @@ Choices, and why:
   own `load_weights`, on every worker (`collective_rpc`).
 
 Parallel formats (rollout.executor.mode sequential / executed) run through the request executor
-(`actors.executor_requests`, `rollout.executor.dispatch` auto -> requests): every tag is a stop
-token (vLLM keeps stop_token_ids in `token_ids`, which the executor relies on and checks),
+(`actors.executor_requests`, `rollout.executor.dispatch` auto -> requests): the tags where it
+acts are stop tokens (vLLM keeps stop_token_ids in `token_ids`, which the executor relies on and checks),
 `limits` gives each request its own token budget, and a join's continuation is a new request
 that re-reads prefix + branches as text, from the prefix cache. vLLM attention is causal over one
 sequence, so the join cannot read the branches' KV as computed in their branches (the KV
 executor's merge): a later branch's tokens are seen in two contexts. The record says so
 (`reprefill`) and the learner scores exactly what vLLM computed: `learner.layout=structured`
 (the text causally plus copies of later branches, orchestrator/reprefill.py) or threadweaver
-(one causal row per request). Token-level test processors and the xgrammar bitmask need
-per-token control and stay on the hf engine.
+(one causal row per request). With `rollout.executor.grammar` each request gets the grammar of
+what it writes (the response, a branch body, a summary; `formats.ebnf(spec, start)`) as its own
+structured output. Token-level test processors stay on the hf engine.
 """
 
 from __future__ import annotations
@@ -74,22 +75,23 @@ class VLLMEngine:
                        worker_extension_cls="actors.vllm_engine.WeightSyncExtension")
         self.eos_id = self.tokenizer.eos_token_id
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, grammar: str | None = None,
+    def generate(self, prompts: list[list[int]], params: SamplingParams, grammar: str | list[str | None] | None = None,
                  limits: list[int] | None = None, processor=None) -> list[Completion]:
-        """One completion per prompt, in order; `grammar` (EBNF) constrains every request; `limits`
-        gives each prompt its own max new tokens (the request executor's caps)."""
+        """One completion per prompt, in order; `grammar` (EBNF) constrains every request, or one per
+        request (None: free); `limits` gives each prompt its own max new tokens (the request executor's caps)."""
         from vllm import SamplingParams as VSP
         from vllm.inputs import TokensPrompt
 
         if processor is not None:
             raise NotImplementedError("test processors run on the hf engine; vLLM samples on its own")
-        extra = _structured(grammar) if grammar else {}
-        base = dict(n=1, temperature=0.0 if params.greedy else params.temperature, top_p=params.top_p,
-                    stop_token_ids=list(params.stop_token_ids), logprobs=0,
-                    skip_special_tokens=False, detokenize=False, **extra)
+        grammars = grammar if isinstance(grammar, list) else [grammar] * len(prompts)
+        base = {"n": 1, "temperature": 0.0 if params.greedy else params.temperature, "top_p": params.top_p,
+                "stop_token_ids": list(params.stop_token_ids), "logprobs": 0,
+                "skip_special_tokens": False, "detokenize": False}
         limits = limits if limits is not None else [params.max_new_tokens] * len(prompts)
         # one seed per request: reproducible, and the n samples of a prompt still differ
-        sps = [VSP(seed=params.seed + i, max_tokens=m, **base) for i, m in enumerate(limits)]
+        sps = [VSP(seed=params.seed + i, max_tokens=m, **base, **(_structured(g) if g else {}))
+               for i, (m, g) in enumerate(zip(limits, grammars))]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sps, use_tqdm=False)
         results = []
         for out in outs:

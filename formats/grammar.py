@@ -23,7 +23,7 @@ from functools import lru_cache
 from formats.parser import resolve_spec
 from formats.spec import FormatSpec
 
-__all__ = ["GrammarChecker", "compile_grammar", "ebnf"]
+__all__ = ["GrammarChecker", "compile_grammar", "ebnf", "starts"]
 
 
 def _lit(s: str) -> str:
@@ -92,12 +92,52 @@ def _rep(item: str, lo: int, hi: int) -> str:
     return s
 
 
-@lru_cache(maxsize=32)
-def _ebnf(spec: FormatSpec) -> str:
-    rules: list[str] = []
+def starts(spec: FormatSpec | str) -> tuple[str, ...]:
+    """Where a grammar may start (`ebnf(start=...)`): the response (`main`), or inside one branch
+    request: Parallel-R1 `path` / `summary` bodies, Parason `thread_<d>` bodies at depth d; and
+    Parason outlines resumed part-way (a request cut inside one): `outline_pre` (after
+    `<Parallel>`), `outline_<k>` (k entries closed), `subtask_<k>` / `trial_<k>` (inside entry k+1);
+    each ends at `</Outlines>`, with the entry count still within the spec's bounds."""
+    spec = resolve_spec(spec)
+    if spec.is_parason:
+        outline = ("outline_pre",) + tuple(f"{kind}_{k}" for k in range(spec.max_branches)
+                                           for kind in ("outline", "subtask", "trial"))
+        return ("main",) + tuple(f"thread_{d}" for d in range(1, spec.max_depth + 1)) + outline
+    return ("main", "path", "summary")
+
+
+def _more_entries(spec: FormatSpec, done: int) -> str:
+    """Entries after `done` closed ones, each then whitespace, then `</Outlines>`."""
+    lo, hi = max(0, spec.min_branches - done), spec.max_branches - done
+    more = f"(entry ws){{{lo},{hi}}} " if hi > 0 else ""
+    return f"{more}{_lit(spec.outlines_close)}"
+
+
+def _root(spec: FormatSpec, start: str) -> str:
+    if start == "outline_pre":
+        return f"root ::= ws {_lit(spec.outlines_open)} ws {_more_entries(spec, 0)}"
+    kind, _, k = start.rpartition("_")
+    if kind == "outline":
+        return f"root ::= ws {_more_entries(spec, int(k))}"
+    if kind in ("subtask", "trial"):
+        close = spec.subtask_close if kind == "subtask" else spec.trial_close
+        return f"root ::= text {_lit(close)} ws {_more_entries(spec, int(k) + 1)}"
+    if start == "main":
+        return "root ::= text (block text)*" if not spec.is_parason else "root ::= text (block_1 text)*"
+    if start == "path":
+        return f"root ::= text {_lit(spec.path_close)}"
+    if start == "summary":
+        return f"root ::= text {_lit(spec.summary_close)}"
+    return f"root ::= body_{start.removeprefix('thread_')} {_lit(spec.thread_close)}"
+
+
+@lru_cache(maxsize=64)
+def _ebnf(spec: FormatSpec, start: str = "main") -> str:
+    if start not in starts(spec):
+        raise ValueError(f"grammar start {start!r} for format {spec.name!r}; valid: {starts(spec)}")
+    rules: list[str] = [_root(spec, start)]
     lo, hi = spec.min_branches, spec.max_branches
     if not spec.is_parason:
-        rules.append("root ::= text (block text)*")
         rules.append(
             f"block ::= {_lit(spec.parallel_open)} ws {_rep('path', lo, hi)} ws summary ws {_lit(spec.parallel_close)}"
         )
@@ -105,7 +145,6 @@ def _ebnf(spec: FormatSpec) -> str:
         rules.append(f"summary ::= {_lit(spec.summary_open)} text {_lit(spec.summary_close)}")
     else:
         D = spec.max_depth
-        rules.append("root ::= text (block_1 text)*")
         rules.append(
             f"entry ::= {_lit(spec.subtask_open)} text {_lit(spec.subtask_close)}"
             f" | {_lit(spec.trial_open)} text {_lit(spec.trial_close)}"
@@ -130,9 +169,13 @@ def _ebnf(spec: FormatSpec) -> str:
     return "\n".join(rules) + "\n"
 
 
-def ebnf(spec: FormatSpec | str) -> str:
-    """The EBNF grammar (xgrammar dialect, starting at ``root``) of a format spec or name."""
-    return _ebnf(resolve_spec(spec))
+def ebnf(spec: FormatSpec | str, start: str = "main") -> str:
+    """The EBNF grammar (xgrammar dialect, starting at ``root``) of a format spec or name.
+
+    `start` (see :func:`starts`): ``main`` is the whole response; the others are what one branch
+    request of the request executor writes after its opening tag (and thread header): its body,
+    then its closing tag -- the same rules, another root."""
+    return _ebnf(resolve_spec(spec), start)
 
 
 def compile_grammar(spec: FormatSpec | str, tokenizer, *, compiler=None):

@@ -89,7 +89,9 @@ class ExecutorSettings:
     max_branches: int = 8
     max_depth: int = 2
     max_branch_tokens: int = 256
-    # xgrammar-constrained decoding of the format.
+    # xgrammar-constrained decoding of the format: the KV executor masks every row (hf); the request
+    # executor gives each engine request the grammar of what it writes; mode off constrains
+    # engine.generate with the whole grammar (vLLM structured outputs; a bitmask on hf).
     grammar: bool = False
 
     def __post_init__(self) -> None:
@@ -124,16 +126,9 @@ class RolloutConfig:
         _check(self.temperature > 0, "rollout.temperature", "must be > 0")
         _check(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _check(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
-        mode, grammar = self.executor.mode, self.executor.grammar
         _check(self.engine == "hf" or self.executor.dispatch != "kv", "rollout.executor.dispatch",
                f"kv forks and merges a transformers KV cache (engine=hf); engine={self.engine} takes whole "
                "requests: use dispatch=requests (or auto)")
-        _check(mode == "off" or not grammar or self.dispatch == "kv", "rollout.executor.grammar",
-               "the request executor cannot constrain decoding token by token: grammar needs engine=hf with "
-               "dispatch kv (or mode=off on vllm, which gives vLLM structured outputs)")
-        _check(self.engine != "hf" or mode != "off" or not grammar, "rollout.executor.grammar",
-               "on engine=hf the grammar is applied by the executor: set rollout.executor.mode=sequential "
-               "(one request) or executed")
 
     @property
     def dispatch(self) -> str:

@@ -91,3 +91,34 @@ def test_vllm_executed_mode_rows_reproduce_its_logprobs(engine, tiny_model_path,
     mask = batch.response_mask.bool()
     assert int(mask.sum()) == sum(sum(t.record.sampled) for t in trajs)
     assert torch.allclose(got[mask], batch.old_logprobs[mask], atol=2e-3)
+
+
+@pytest.mark.parametrize("fmt", ["parason", "parallel_r1"])
+def test_vllm_executed_mode_under_request_grammars(engine, tiny_model_path, fmt):
+    """Executed mode + grammar on vLLM: each request carries the grammar of what it writes (structured
+    outputs per request), every trajectory parses, and the learner's structured rows reproduce vLLM's
+    logprobs. If vLLM reported logprobs after the grammar mask (renormalised), the last check fails:
+    our convention is the model's unmasked log p(t) (actors/grammar_processor.py)."""
+    from transformers import AutoModelForCausalLM
+
+    from actors.executor import ExecutorConfig
+    from actors.executor_requests import RequestExecutor
+    from actors.learner import score_logprobs
+    from formats import parse
+    from orchestrator.batch import SamplingParams, Trajectory
+    from orchestrator.structured import build_train_batch
+
+    tok = engine.tokenizer
+    rx = RequestExecutor(engine, tok, ExecutorConfig(format=fmt, mode="executed", grammar=True, max_branch_tokens=32))
+    prompts = [tok.encode("Q: 3*4+5*6\nA:")] * 8
+    res = rx.run(prompts, SamplingParams(max_new_tokens=128, temperature=1.0, seed=4))
+    texts = [tok.decode(r.token_ids, skip_special_tokens=False).removesuffix(tok.eos_token) for r in res]
+    assert all(parse(t, fmt).ok for t in texts) and rx.free == 0
+    trajs = [Trajectory(str(i), p, r.token_ids, r.logprobs, r.finish_reason, t, r.record)
+             for i, (p, r, t) in enumerate(zip(prompts, res, texts))]
+    batch = build_train_batch("structured", trajs, [1.0] * len(trajs), tok.pad_token_id)
+    hf = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        got = score_logprobs(hf, batch.input_ids, batch.attention_mask, 1.0, batch.structure(), "cpu")
+    mask = batch.response_mask.bool()
+    assert torch.allclose(got[mask], batch.old_logprobs[mask], atol=2e-3)

@@ -203,10 +203,83 @@ class DropsStopTokens:
                 for c in outs]
 
 
+@pytest.mark.parametrize("fmt", ["parason", "parallel_r1"])
+@pytest.mark.parametrize("mode", ["executed", "sequential"])
+def test_each_request_gets_the_grammar_of_what_it_writes(engine, fmt, mode):
+    """grammar on: every engine request is constrained by its part of the format (the response, a
+    thread / path body, a summary), and the teacher's text passes through every one of them."""
+    tok = engine.tokenizer
+    probs = toyworld.generate("mixed", 3, seed=3, difficulty=1)
+    trees = [parse(p.traces[fmt], fmt).tree for p in probs]
+    seen: list = []
+
+    class Recording:  # instrumentation around the real engine: what grammar each request carried
+        def generate(self, prompts, params, **kw):
+            seen.extend(kw["grammar"])
+            return engine.generate(prompts, params, **kw)
+
+    rx = RequestExecutor(Recording(), tok, ExecutorConfig(format=fmt, mode=mode, grammar=True, num_paths=2),
+                         Replay(scripts_for(trees, fmt, mode, tok), tok.eos_token_id))
+    res = rx.run([tok.encode(p.prompt) for p in probs], SamplingParams(max_new_tokens=200, seed=0))
+    assert [text(tok, r) for r in res] == [p.traces[fmt] + tok.eos_token for p in probs]
+    from formats import ebnf
+
+    spec = rx.spec
+    body = ebnf(spec, "thread_1") if fmt == "parason" else ebnf(spec, "path")
+    assert rx.free == 0 and None not in seen and ebnf(spec, "main") in seen and body in seen
+    if fmt == "parallel_r1":
+        assert ebnf(spec, "summary") in seen
+
+
+@pytest.mark.parametrize("fmt", ["parason", "parallel_r1"])
+def test_free_sampling_under_request_grammars_parses_and_scores_exactly(engine, fmt):
+    """The random model sampling freely (no script; tag logits raised so that it forks): every trajectory
+    parses, capped ones too, and the structured layout still reproduces the engine's logprobs (the
+    grammar and the bias shape the draw, the reported logprob is the model's). The random model also
+    spells tags in pieces (`<`, `Outlin`, `es>`), which the engine's string grammar lets through: those
+    draws are cut and redrawn, and requests resumed inside an outline get the outline's grammar."""
+    tok = engine.tokenizer
+    cfg = ExecutorConfig(format=fmt, mode="executed", grammar=True, max_branch_tokens=24, max_depth=2)
+    tags = torch.tensor(sorted(RequestExecutor(engine, tok, cfg).tags.ids.values()))
+
+    def fork_often(views, x):
+        x = x.clone()
+        x[:, tags] += 3.0
+        return x
+
+    rx = RequestExecutor(engine, tok, cfg, fork_often)
+    prompts = [tok.encode("Q: 3*4+5*6\nA:")] * 12
+    res = rx.run(prompts, SamplingParams(max_new_tokens=160, seed=5, temperature=1.0))
+    assert all(parse(text(tok, r).removesuffix(tok.eos_token), fmt).ok for r in res)
+    assert sum(len({q for q in r.record.segment_request if q >= 0}) > 1 for r in res) >= 3  # forked ones
+    assert rx.free == 0 and (rx.redraws > 0 or fmt == "parallel_r1")  # Parason's outline draws spell tags
+    trajs = [Trajectory(str(i), p, r.token_ids, r.logprobs, r.finish_reason, text(tok, r), r.record)
+             for i, (p, r) in enumerate(zip(prompts, res))]
+    batch = build_train_batch("structured", trajs, [1.0] * len(trajs), tok.pad_token_id)
+    got, mask = learner_logprobs(engine.model, batch), batch.response_mask.bool()
+    assert (got[mask] - batch.old_logprobs[mask]).abs().max() < 1e-4
+
+
+def test_a_tag_spelled_in_pieces_is_cut_where_the_spelling_starts(engine):
+    from actors.executor_requests import _Traj
+
+    tok = engine.tokenizer
+    rx = RequestExecutor(engine, tok, ExecutorConfig(format="parason", grammar=True))
+    rx._params, rx._next_request, rx._reqs = SamplingParams(), 0, []
+    head, pieces = tok.encode("ab cd", add_special_tokens=False), tok.encode(" <Outl", add_special_tokens=False)
+    rest = tok.encode("ines> x", add_special_tokens=False)
+    assert not set(head + pieces + rest) & set(rx.tags.ids.values())  # no tag token: the tag is spelled
+    ids = head + pieces + rest
+    req = rx._main(_Traj(0), [1, 2])
+    cut = rx._unspelled(req, Completion(ids, [-1.0] * len(ids), "stop"))
+    first = next(i for i, t in enumerate(ids) if "<" in tok.decode([t]))
+    assert cut.token_ids == ids[:first] and req.refused == 1  # resampled from just before the '<'
+    whole = tok.encode("ab x < 3 and y > 2", add_special_tokens=False)  # '<' in text is fine
+    assert rx._unspelled(req, Completion(whole, [0.0] * len(whole), "stop")).token_ids == whole
+
+
 def test_bad_engines_and_configs_are_refused(engine):
     tok = engine.tokenizer
-    with pytest.raises(ValueError, match="grammar"):
-        RequestExecutor(engine, tok, ExecutorConfig(grammar=True))
     rx = RequestExecutor(DropsStopTokens(engine), tok, ExecutorConfig(format="parason"),
                          Replay([role_scripts(nested_tree(), "parason", tok)], tok.eos_token_id))
     with pytest.raises(RuntimeError, match="stop token"):

@@ -56,3 +56,38 @@ def test_without_the_option_no_grammar_is_sent(tiny_model_path):
     worker = RolloutWorker(cfg, tiny_model_path, fmt="parason")
     worker.generate([_prompt(worker.tokenizer)], n=1, seed=0)
     assert worker.engine.grammars == [None]
+
+
+@pytest.mark.parametrize("fmt", ["parason", "parallel_r1"])
+def test_hf_generate_applies_the_grammar_and_reports_unmasked_logprobs(tiny_model_path, fmt):
+    """Mode off on hf: `engine.generate(..., grammar=EBNF)` masks with xgrammar as vLLM's structured
+    outputs would; a random model then writes only texts that parse, and every logprob is the model's
+    own (unmasked) log p(t) at temperature T, which is what the learner recomputes."""
+    import torch
+
+    from formats import parse
+    from orchestrator import algo
+
+    torch.set_num_threads(1)
+    cfg = RolloutConfig(max_new_tokens=120, torch_threads=1, temperature=0.8, executor=ExecutorSettings(grammar=True))
+    worker = RolloutWorker(cfg, tiny_model_path, fmt=fmt)
+    tok = worker.tokenizer
+    trajs = worker.generate([_prompt(tok)], n=8, seed=0)
+    finished = [t for t in trajs if t.finish_reason == "stop"]
+    assert finished and all(parse(t.text, fmt).ok for t in finished)
+    free = worker.engine.generate([_prompt(tok).token_ids] * 8, worker_params(cfg))
+    assert not all(parse(tok.decode(c.token_ids, skip_special_tokens=False).removesuffix(tok.eos_token), fmt).ok
+                   for c in free if c.finish_reason == "stop")  # without it the random model breaks the format
+    t = trajs[0]
+    ids = torch.tensor([t.prompt_ids + t.response_ids])
+    with torch.no_grad():
+        ref = algo.token_logprobs(worker.engine.model(input_ids=ids).logits, ids, 0.8)[0, len(t.prompt_ids):]
+    assert torch.allclose(torch.tensor(t.logprobs), ref, atol=1e-4)
+    with pytest.raises(ValueError, match="one entry per prompt"):
+        worker.engine.generate([_prompt(tok).token_ids] * 2, worker_params(cfg), grammar=[ebnf(fmt)])
+
+
+def worker_params(cfg):
+    from orchestrator.batch import SamplingParams
+
+    return SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=0)

@@ -131,9 +131,6 @@ def test_cli_reports_config_error_before_ray(tmp_path):
     (["rollout=vllm", "rollout.executor.mode=sequential", "rollout.executor.dispatch=kv"], "rollout.executor.dispatch"),
     # executed branches are never one causal row, whatever the dispatch
     (["rollout=vllm", "rollout.executor.mode=executed"], "learner.layout"),
-    # the request executor has no per-token control for a grammar
-    (["rollout=vllm", "rollout.executor.mode=sequential", "rollout.executor.grammar=true"], "rollout.executor.grammar"),
-    (["rollout.executor.grammar=true"], "rollout.executor.grammar"),  # hf, mode off: nothing would apply it
     (["rollout.executor.dispatch=fast"], "rollout.executor.dispatch"),
 ])
 def test_executor_mode_and_grammar_must_fit_the_engine(overrides, key):
@@ -152,8 +149,9 @@ def test_executor_dispatch_resolves_per_engine():
     assert (seq.rollout.dispatch, seq.learner.layout) == ("requests", "causal")  # one request: causal is exact
 
 
-def test_grammar_is_reachable_on_both_engines():
-    vllm = validate(_compose("rollout=vllm", "rollout.executor.grammar=true"))
-    assert (vllm.rollout.executor.mode, vllm.rollout.executor.grammar) == ("off", True)  # structured outputs
-    hf = validate(_compose("rollout.executor.mode=sequential", "rollout.executor.grammar=true"))
-    assert (hf.rollout.executor.mode, hf.rollout.executor.grammar) == ("sequential", True)  # bitmask processor
+def test_grammar_is_reachable_on_both_engines_in_every_mode():
+    for engine in ("hf", "vllm"):
+        for mode in ("off", "sequential", "executed"):
+            cfg = validate(_compose(f"rollout={engine}", f"rollout.executor.mode={mode}", "rollout.executor.grammar=true",
+                                    "learner.layout=structured"))
+            assert (cfg.rollout.executor.mode, cfg.rollout.executor.grammar) == (mode, True)

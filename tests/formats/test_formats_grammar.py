@@ -179,3 +179,44 @@ def test_differential_seeded_corpus(checkers):
             assert checkers[fmt].accepts(s) == ok, repr(s)
             seen[ok] += 1
     assert seen[True] > 20 and seen[False] > 200
+
+
+FRAGMENTS = get_spec("parason", min_branches=2, max_branches=3, max_depth=2)
+# (start, text the request writes from there, grammar-valid): the request executor's fragments
+FRAGMENT_CASES = [
+    ("main", "Go. <Parallel><Outlines><Subtask>a</Subtask><Trial>b</Trial></Outlines>"
+             "<Thread>a\n1</Thread><Thread>b\n2</Thread></Parallel> done", True),
+    ("thread_1", "1 <Parallel><Outlines><Trial>p</Trial><Trial>q</Trial></Outlines><Thread>p\nx</Thread>"
+                 "<Thread>q\ny</Thread></Parallel> so 3</Thread>", True),
+    ("thread_2", "x=2 no</Thread>", True),
+    ("thread_2", "x <Parallel><Outlines><Trial>p</Trial><Trial>q</Trial></Outlines></Thread>", False),  # depth cap
+    ("thread_1", "no closing tag", False),
+    ("outline_pre", " <Outlines><Subtask>a</Subtask> <Trial>b</Trial></Outlines>", True),
+    ("outline_pre", "<Outlines><Subtask>a</Subtask></Outlines>", False),  # fewer than min_branches
+    ("outline_1", "<Trial>b</Trial></Outlines>", True),
+    ("outline_1", "</Outlines>", False),
+    ("outline_1", "<Trial>b</Trial><Trial>c</Trial><Trial>d</Trial></Outlines>", False),  # over max_branches
+    ("subtask_0", "xy</Subtask><Trial>q</Trial></Outlines>", True),
+    ("subtask_0", "xy</Trial>", False),
+    ("trial_2", "z</Trial></Outlines>", True),
+]
+
+
+@pytest.mark.parametrize("start,text,ok", FRAGMENT_CASES)
+def test_request_fragments_accept_exactly_their_part(hf_tokenizer, start, text, ok):
+    """`ebnf(spec, start)`: the grammar of what one request of the request executor writes."""
+    from formats.grammar import starts
+
+    assert start in starts(FRAGMENTS)
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(hf_tokenizer))
+    m = xgr.GrammarMatcher(compiler.compile_grammar(ebnf(FRAGMENTS, start)))
+    assert (m.accept_string(text) and m.is_completed()) == ok
+
+
+def test_parallel_r1_fragments_and_unknown_starts(hf_tokenizer):
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(hf_tokenizer))
+    for start, text in (("path", "3*4=12</Path>"), ("summary", "12+30=42</Summary>")):
+        m = xgr.GrammarMatcher(compiler.compile_grammar(ebnf("parallel_r1", start)))
+        assert m.accept_string(text) and m.is_completed()
+    with pytest.raises(ValueError, match="grammar start"):
+        ebnf("parallel_r1", "thread_1")

@@ -109,6 +109,7 @@ def replay_processor(processor: Processor, views: list[RowView]) -> Callable[[li
     def apply(generated: list[list[int]], x: torch.Tensor) -> torch.Tensor:
         return processor([RowView(v.traj, v.role, v.tokens + g) for v, g in zip(views, generated)], x)
 
+    apply.commutes_with_mask = getattr(processor, "commutes_with_mask", False)  # speculative grammar stays exact
     return apply
 
 

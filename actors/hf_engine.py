@@ -128,6 +128,9 @@ class HFEngine:
         done = torch.zeros(B, dtype=torch.bool, device=self.device)
         decoder = KVDecoder(self.model)
         matchers = self._matchers(grammars or [None] * B)
+        # draw unmasked, check the draw, mask and redraw only refused rows: exact (p / Z) unless a
+        # processor or top-p renormalises after the mask (actors/grammar_processor.py)
+        speculate = params.top_p >= 1.0 and (processor is None or getattr(processor, "commutes_with_mask", False))
         raw = decoder.prefill(ids, mask, pos)  # [B, V]
         step_pos = pos[:, -1:]
         for t in range(T):
@@ -135,13 +138,14 @@ class HFEngine:
             if params.top_p < 1.0:
                 logits = _top_p_filter(logits, params.top_p)
             logp = logits.log_softmax(-1)  # [B, V] the sampling distribution
-            if matchers is not None:  # the grammar limits the draw, not the reported logprob
+            if matchers is not None and not speculate:  # the grammar limits the draw, not the reported logprob
                 logits = self._grammar_mask(logits, matchers, done)
+            gen_so_far = None
             if processor is not None:  # each row's tokens so far (a finished row: up to its stop)
                 upto = torch.minimum(lengths, torch.tensor(t)).tolist()
                 gen_so_far = [row[:n] for row, n in zip(tokens[:, :t].tolist(), upto)]
                 draw = processor(gen_so_far, logits).log_softmax(-1)
-            elif matchers is not None:
+            elif matchers is not None and not speculate:
                 draw = logits.log_softmax(-1)
             else:
                 draw = logp
@@ -151,9 +155,8 @@ class HFEngine:
                 nxt = torch.multinomial(draw.exp().cpu(), 1, generator=gen).squeeze(-1).to(self.device)
             nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)  # [B]
             if matchers is not None:
-                for b, m in enumerate(matchers):
-                    if m is not None and not bool(done[b]) and not m.accept_token(int(nxt[b])):
-                        raise RuntimeError(f"row {b}: the grammar refused token {int(nxt[b])} it allowed")
+                redo = None if processor is None else (lambda rows, x, g=gen_so_far: processor([g[b] for b in rows], x))
+                nxt = self._grammar_accept(nxt, logits, matchers, done, speculate, params, gen, redo)
             tokens[:, t] = nxt.cpu()
             logps[:, t] = logp.gather(-1, nxt[:, None]).squeeze(-1).cpu()
             hit = torch.isin(nxt, stops) & ~done
@@ -170,11 +173,37 @@ class HFEngine:
             results.append(Completion(tokens[b, :n].tolist(), logps[b, :n].tolist(), "stop" if stopped else "length"))
         return results
 
-    def _grammar_mask(self, logits: torch.Tensor, matchers: list, done: torch.Tensor) -> torch.Tensor:
-        """`logits` [B, V] with every token a row's grammar forbids at -inf (a copy; rows without one kept)."""
+    def _grammar_accept(self, nxt: torch.Tensor, logits: torch.Tensor, matchers: list, done: torch.Tensor,
+                        speculate: bool, params: SamplingParams, gen: torch.Generator, processor=None) -> torch.Tensor:
+        """Advance every live row's matcher by its token; speculative: a refused draw is redrawn masked
+        (through `processor(rows, logits)` when one shapes the draw; it must commute with the mask)."""
+        live = [b for b, m in enumerate(matchers) if m is not None and not bool(done[b])]
+        refused = [b for b in live if not matchers[b].accept_token(int(nxt[b]))]  # refused: state unchanged
+        if refused and not speculate:
+            raise RuntimeError(f"rows {refused}: the grammar refused tokens its mask allowed")
+        if refused:
+            sub = self._grammar_mask(logits, matchers, done, refused)[refused]  # [R, V]
+            if processor is not None:
+                sub = processor(refused, sub)
+            if params.greedy:
+                new = sub.argmax(-1)
+            else:
+                new = torch.multinomial(sub.softmax(-1).cpu(), 1, generator=gen).squeeze(-1).to(nxt.device)
+            nxt = nxt.clone()
+            nxt[refused] = new
+            for b in refused:
+                if not matchers[b].accept_token(int(nxt[b])):
+                    raise RuntimeError(f"row {b}: the grammar refused token {int(nxt[b])} its mask allowed")
+        return nxt
+
+    def _grammar_mask(self, logits: torch.Tensor, matchers: list, done: torch.Tensor,
+                      rows: list[int] | None = None) -> torch.Tensor:
+        """`logits` [B, V] with every token a row's grammar forbids at -inf (a copy; only `rows`, default
+        every live row with a grammar)."""
         import xgrammar as xgr
 
-        rows = [b for b, m in enumerate(matchers) if m is not None and not bool(done[b])]
+        if rows is None:
+            rows = [b for b, m in enumerate(matchers) if m is not None and not bool(done[b])]
         if not rows:
             return logits
         bitmask = xgr.allocate_token_bitmask(len(matchers), logits.shape[-1])

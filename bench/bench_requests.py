@@ -20,12 +20,14 @@ Figures:
   saves over re-reading contexts on this engine;
 * rounds (engine calls) per mode, context tokens re-read per generated token (`reread_per_token`:
   the prefill work the engine repeats; prefix caching makes most of it cache hits on vLLM);
+* `--grammar`: grammar_overhead = wall(requests, executed, each request under its grammar
+  fragment; xgrammar bitmasks on every row and step of the hf engine) / wall(same, no grammar) - 1;
 * learner tokens: the rows the learner scores for these records, over one text-order row per
   trajectory — `tw_tokens_ratio` for threadweaver (one causal row per request: the prefix once
   per request), `struct_tokens_ratio` for structured (the text plus copies of later branches,
   orchestrator/reprefill.py). Both are exact; the KV executor's records need ratio 1.0.
 
-    python bench/bench_requests.py [--n 16] [--batch 1 4 16] [--repeat 3] [--threads 1]
+    python bench/bench_requests.py [--n 16] [--batch 1 4 16] [--repeat 3] [--threads 1] [--grammar]
 
 Prints a table and a final JSON line. On CPU the engine re-prefills every request: this measures
 the executor's scheduling and the re-read cost, not what vLLM would reach (that needs the GPU).
@@ -65,12 +67,12 @@ class Counting:
         return self.engine.generate(prompts, params, **kw)
 
 
-def run_once(engine, tok, problems, dispatch: str, mode: str):
+def run_once(engine, tok, problems, dispatch: str, mode: str, grammar: bool = False):
     """(wall seconds, executions, engine counter) of one run over `problems`."""
     trees = [parse(p.traces["parason"], "parason").tree for p in problems]
     scripts = [role_scripts(t, "parason", tok) if mode == "executed" else sequential_script(t, "parason", tok)
                for t in trees]
-    cfg = ExecutorConfig(format="parason", mode=mode, max_branches=8, max_branch_tokens=512)
+    cfg = ExecutorConfig(format="parason", mode=mode, max_branches=8, max_branch_tokens=512, grammar=grammar)
     prompts = [tok.encode(p.prompt) for p in problems]
     params = SamplingParams(max_new_tokens=1024, seed=0)
     counter = Counting(engine)
@@ -83,21 +85,26 @@ def run_once(engine, tok, problems, dispatch: str, mode: str):
     return time.perf_counter() - t0, res, counter
 
 
-def bench_batch(engine, tok, problems, B: int, repeat: int) -> dict:
-    wall = {k: 0.0 for k in ("req_seq", "req_exec", "kv_exec")}
+VARIANTS = (("req_seq", "requests", "sequential", False), ("req_exec", "requests", "executed", False),
+            ("kv_exec", "kv", "executed", False))
+GRAMMAR = (("req_exec_grammar", "requests", "executed", True),)
+
+
+def bench_batch(engine, tok, problems, B: int, repeat: int, grammar: bool = False) -> dict:
+    variants = VARIANTS + (GRAMMAR if grammar else ())
+    wall = {k: 0.0 for k, *_ in variants}
     ratios, calls, read, gen, row_tokens = [], {"req_seq": 0, "req_exec": 0}, 0, 0, 0
     learner = {"threadweaver": 0, "structured": 0}
     for i in range(0, len(problems), B):
         chunk = problems[i:i + B]
         best, outs = dict.fromkeys(wall, float("inf")), {}
         for _ in range(repeat):  # alternate, so every variant sees the same load
-            for key, dispatch, mode in (("req_seq", "requests", "sequential"), ("req_exec", "requests", "executed"),
-                                        ("kv_exec", "kv", "executed")):
-                t, res, counter = run_once(engine, tok, chunk, dispatch, mode)
+            for key, dispatch, mode, constrained in variants:
+                t, res, counter = run_once(engine, tok, chunk, dispatch, mode, constrained)
                 best[key] = min(best[key], t)
                 outs[key] = (res, counter)
         texts = {k: [r.token_ids for r in res] for k, (res, _) in outs.items()}
-        assert texts["req_seq"] == texts["req_exec"] == texts["kv_exec"], "variants wrote different tokens"
+        assert all(t == texts["kv_exec"] for t in texts.values()), "variants wrote different tokens"
         for k in wall:
             wall[k] += best[k]
         for k in calls:
@@ -129,6 +136,7 @@ def bench_batch(engine, tok, problems, B: int, repeat: int) -> dict:
         "t_req_seq_s": round(wall["req_seq"], 3),
         "t_req_exec_s": round(wall["req_exec"], 3),
         "t_kv_exec_s": round(wall["kv_exec"], 3),
+        **({"grammar_overhead": round(wall["req_exec_grammar"] / wall["req_exec"] - 1, 3)} if grammar else {}),
     }
 
 
@@ -142,6 +150,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--grammar", action="store_true", help="also time executed requests under their grammars")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from actors.hf_engine import HFEngine
@@ -154,7 +163,7 @@ def main() -> None:
     problems = toyworld.generate(args.family, args.n, seed=0, difficulty=args.difficulty)
     print(f"load: {os.getloadavg()}  n={args.n} family={args.family} difficulty={args.difficulty} "
           f"model: hidden={args.hidden} layers={args.layers} threads={args.threads}")
-    rows = [bench_batch(engine, tok, problems, B, args.repeat) for B in args.batch]
+    rows = [bench_batch(engine, tok, problems, B, args.repeat, args.grammar) for B in args.batch]
     keys = list(rows[0])
     print(" ".join(f"{k:>12.12}" for k in keys))
     for r in rows:

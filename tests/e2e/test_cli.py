@@ -21,11 +21,20 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
     return load_file(str(path / "model.safetensors"))
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("e2e")
+# The default smoke, and executed branches over whole engine requests (vLLM's path, the hf engine
+# standing in) scored with the structured layout's copies: the first RL step's ppo_kl ~ 0 below is
+# then the end-to-end check that the learner reproduces the request executor's logprobs exactly.
+RUNS = {
+    "default": [],
+    "requests": ["rollout.executor.mode=executed", "rollout.executor.dispatch=requests", "learner.layout=structured"],
+}
+
+
+@pytest.fixture(scope="module", params=sorted(RUNS))
+def run(tmp_path_factory, request):
+    run_dir = tmp_path_factory.mktemp(f"e2e_{request.param}")
     cmd = [sys.executable, "-m", "orchestrator", "+experiment=smoke", f"hydra.run.dir={run_dir}",
-           "logging.progress_bar=false"]
+           "logging.progress_bar=false", *RUNS[request.param]]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return run_dir, out.stdout + out.stderr
@@ -44,6 +53,8 @@ def test_metrics_are_logged_and_finite(run):
     # The engine sampled with the learner's weights (synced after SFT): before the update the
     # learner's logprobs equal the engine's, so the first RL step's ratio is 1 (ppo_kl ~ 0).
     assert abs(rl[0]["actor/ppo_kl"]) < 1e-4, rl[0]["actor/ppo_kl"]
+    if run_dir.name.startswith("e2e_requests"):  # the check covered forked trajectories
+        assert rl[0]["parallel/ratio"] > 0.2, rl[0]["parallel/ratio"]
 
 
 def test_sft_then_rl_updates_change_parameters(run):

@@ -108,6 +108,16 @@ class LearnerWorker:
                for mb in batch.split(self.cfg.micro_batch_size)]
         return torch.cat(out) * batch.response_mask
 
+    def _recompute_old(self, batch: TrainBatch, temperature: float) -> tuple[TrainBatch, float]:
+        """`batch` with old_logprobs scored by the learner, and the mean |engine - learner| logprob gap
+        over response tokens (how far the engine's numbers were from the learner's)."""
+        import dataclasses
+
+        old = self.compute_logprobs(batch, temperature)  # [B, L], 0 off-response
+        mask = batch.response_mask.bool()
+        gap = float((old[mask] - batch.old_logprobs[mask]).abs().mean()) if mask.any() else 0.0
+        return dataclasses.replace(batch, old_logprobs=old), gap
+
     # ---- updates ----------------------------------------------------------------
     def _set_lr(self, lr: float, weight_decay: float) -> None:
         for group in self.engine.optimizer.param_groups:
@@ -121,6 +131,9 @@ class LearnerWorker:
         self._set_lr(lr, cfg.weight_decay if weight_decay is None else weight_decay)
         norm = {"global_tokens": global_tokens, "global_seqs": global_seqs, "dp_size": self.world}
         stats: dict[str, float] = {}
+        if cfg.recompute_old_logprobs:  # the behaviour policy as the learner computes it (before any update)
+            batch, stats["actor/engine_logprob_gap"] = self._recompute_old(batch, temperature)
+            self.engine.train()
         for _ in range(cfg.ppo_epochs):
             micro = batch.split(cfg.micro_batch_size)
             for i, mb in enumerate(micro):

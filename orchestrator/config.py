@@ -203,6 +203,12 @@ class LearnerConfig:
     # Divide the GRPO advantage by the group std (Dr.GRPO sets false).
     norm_adv_by_std: bool = True
     ppo_epochs: int = 1
+    # Score the batch with the learner's weights before the update and use that as the PPO ratio's
+    # denominator instead of the engine's logprobs (verl's recompute of old_log_prob). The engine's
+    # then only feed the logged gap `actor/engine_logprob_gap`. Needed where they differ: vLLM in
+    # bf16 against DeepSpeed, and vLLM under structured outputs, whose logprobs are after the grammar
+    # mask. Costs one no-grad forward per step; on CPU (hf engine, fp32) the two agree to ~1e-6.
+    recompute_old_logprobs: bool = False
     # How the learner lays out a trajectory: causal (one row, causal attention: the Seen variant) |
     # structured (one row; each branch sees the prefix and itself, the join sees all branches,
     # positions as the engine used them: the Unseen variant; request-executor records get the text

@@ -1,4 +1,4 @@
-"""A GRPO update moves each sequence's log-probability in the direction of its advantage."""
+"""GRPO updates through the real learner: each sequence moves with its advantage; old logprobs can be the learner's own."""
 
 from __future__ import annotations
 
@@ -39,3 +39,33 @@ def test_grpo_step_follows_advantage_sign(tiny_model_path):
     delta = (learner.compute_logprobs(batch).sum(-1) - before).tolist()
     assert all(d > 0 for d in delta[0::2]), delta  # positive advantage: more likely
     assert all(d < 0 for d in delta[1::2]), delta  # negative advantage: less likely
+
+
+def test_recomputed_old_logprobs_replace_the_engines(tiny_model_path):
+    """learner.recompute_old_logprobs: the PPO ratio's denominator is the learner's own score of the
+    batch (the engine's numbers only feed actor/engine_logprob_gap). Engine logprobs that are off by
+    0.3 per token (as a bf16 or grammar-masked engine's could be) then do not bias the first ratio."""
+    from actors.hf_engine import HFEngine
+    from actors.learner import LearnerWorker
+    from orchestrator.batch import SamplingParams, Trajectory
+    from orchestrator.config import LearnerConfig
+    from orchestrator.data import train_batch
+
+    engine = HFEngine(tiny_model_path)
+    tok = engine.tokenizer
+    prompts = [tok("Q: 1+2\nA:")["input_ids"], tok("Q: 3*4\nA:")["input_ids"]]
+    comps = engine.generate(prompts, SamplingParams(max_new_tokens=12, seed=2))
+    trajs = [Trajectory(uid=str(i), prompt_ids=p, response_ids=c.token_ids, logprobs=[lp - 0.3 for lp in c.logprobs],
+                        finish_reason=c.finish_reason, text="") for i, (p, c) in enumerate(zip(prompts, comps))]
+    batch = train_batch(trajs, [0.5, -0.5], tok.pad_token_id)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = LearnerConfig(micro_batch_size=2, torch_threads=1, recompute_old_logprobs=True)
+    learner = LearnerWorker(cfg, tiny_model_path, "float32", 0, 1, "127.0.0.1", port)
+    on = learner.grpo_step(batch, int(batch.response_mask.sum()), len(batch), lr=1e-6)
+    assert abs(on["actor/engine_logprob_gap"] - 0.3) < 1e-3  # the engine was 0.3 below the learner
+    assert abs(on["actor/ppo_kl"]) < 1e-4  # the ratio starts at 1: the learner's own old logprobs
+    cfg.recompute_old_logprobs = False
+    off = learner.grpo_step(batch, int(batch.response_mask.sum()), len(batch), lr=1e-6)
+    assert abs(off["actor/ppo_kl"]) > 0.2 and "actor/engine_logprob_gap" not in off  # the engine's numbers

@@ -184,10 +184,10 @@ def test_differential_seeded_corpus(checkers):
 FRAGMENTS = get_spec("parason", min_branches=2, max_branches=3, max_depth=2)
 # (start, text the request writes from there, grammar-valid): the request executor's fragments
 FRAGMENT_CASES = [
-    ("main", "Go. <Parallel><Outlines><Subtask>a</Subtask><Trial>b</Trial></Outlines>"
-             "<Thread>a\n1</Thread><Thread>b\n2</Thread></Parallel> done", True),
-    ("thread_1", "1 <Parallel><Outlines><Trial>p</Trial><Trial>q</Trial></Outlines><Thread>p\nx</Thread>"
-                 "<Thread>q\ny</Thread></Parallel> so 3</Thread>", True),
+    ("main", ("Go. <Parallel><Outlines><Subtask>a</Subtask><Trial>b</Trial></Outlines>"
+             "<Thread>a\n1</Thread><Thread>b\n2</Thread></Parallel> done"), True),
+    ("thread_1", ("1 <Parallel><Outlines><Trial>p</Trial><Trial>q</Trial></Outlines><Thread>p\nx</Thread>"
+                 "<Thread>q\ny</Thread></Parallel> so 3</Thread>"), True),
     ("thread_2", "x=2 no</Thread>", True),
     ("thread_2", "x <Parallel><Outlines><Trial>p</Trial><Trial>q</Trial></Outlines></Thread>", False),  # depth cap
     ("thread_1", "no closing tag", False),

@@ -121,4 +121,6 @@ def test_vllm_executed_mode_under_request_grammars(engine, tiny_model_path, fmt)
     with torch.no_grad():
         got = score_logprobs(hf, batch.input_ids, batch.attention_mask, 1.0, batch.structure(), "cpu")
     mask = batch.response_mask.bool()
-    assert torch.allclose(got[mask], batch.old_logprobs[mask], atol=2e-3)
+    gap = (got[mask] - batch.old_logprobs[mask]).abs().max()
+    assert gap < 2e-3, (f"vLLM's logprobs under structured outputs differ from the model's by {gap}: masked "
+                        "(renormalised) ones? learner.recompute_old_logprobs=true (the GPU learner config) covers it")

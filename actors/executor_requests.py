@@ -98,6 +98,8 @@ class _Req:
     refused: int = 0  # banned draws in a row
     cut: bool = False  # this round's completion was cut (a banned draw): ignore the rest of it
     tail: str = ""  # grammar on: trailing text that could be the start of a tag spelled in pieces
+    close_after: bool = False  # close the branch once this round's kept tokens are consumed
+    stalled: bool = False  # the engine returned fewer tokens than asked, with "length": it cannot go on
 
     def view(self) -> RowView:
         return RowView(self.traj.index, self.role, self.role_tokens)
@@ -137,7 +139,8 @@ class RequestExecutor:
         if params.temperature <= 0:
             raise ValueError("temperature must be > 0 (use greedy=True for argmax decoding)")
         self._params, self._next_request, self.rounds, self._reqs, self.free = params, 0, 0, [], 0
-        self._stops = {self.eos, *params.stop_token_ids}
+        # every id the engine itself stops on (vLLM adds the generation config's EOS ids)
+        self._stops = {self.eos, *params.stop_token_ids, *getattr(self.engine, "stop_ids", ())}
         stop_ids = tuple(sorted(set(params.stop_token_ids) | self.stop_tags()))
         trajs = [_Traj(i) for i in range(len(prompts))]
         pending = [self._main(t, p) for t, p in zip(trajs, prompts)]
@@ -152,13 +155,17 @@ class RequestExecutor:
             outs = self.engine.generate([r.context for r in pending], dataclasses.replace(sp, max_new_tokens=max(limits)),
                                         limits=limits, **kw)
             self.rounds += 1
-            for r, c in zip(pending, outs):
+            for r, c, lim in zip(pending, outs, limits):
                 r.traj.calls += 1
                 self._check_completion(r, c)
+                r.stalled = c.finish_reason == "length" and len(c.token_ids) < lim
             if self.cfg.grammar:
                 outs = [self._unspelled(r, c) for r, c in zip(pending, outs)]
             self._consume(pending, outs)
             pending = self._settle()
+        unfinished = [t.index for t in trajs if t.final is None]
+        if unfinished:  # a bug, never a silent loss: name what was left
+            raise RuntimeError(f"request executor stopped with trajectories {unfinished} unfinished")
         self.redraws = sum(t.redraws for t in trajs)
         return [self._finish(t) for t in trajs]
 
@@ -183,6 +190,13 @@ class RequestExecutor:
                         self._take(r, c.token_ids[i], c.logprobs[i])
         for r in reqs:
             r.cut = False  # a cut lasts for the rest of its completion only
+            if r.close_after and r.live:  # a spelled tag refused too often: close the branch after the kept tokens
+                r.tracker.start_closing(whole_request=False)
+            r.close_after = False
+            if r.stalled and r.live and not r.traj.capped:  # the engine stopped short (e.g. its max_model_len)
+                r.traj.capped = True
+                for q in r.traj.reqs:
+                    q.tracker.start_closing(whole_request=True)
 
     def stop_tags(self) -> set[int]:
         """Tags that end an engine request: where the executor (almost) always acts. Other actions
@@ -196,15 +210,18 @@ class RequestExecutor:
 
     def _settle(self) -> list[_Req]:
         """Write forced and closing tokens (forks and joins follow); the requests that sample next."""
-        work = [r for r in self._reqs if r.live]
-        while work:
-            r = work.pop()
-            while r.live and (r.forced or r.tracker.closing):
-                tok = r.forced.popleft() if r.forced else r.tracker.closing_token()
-                if tok is None:  # closing reached the main chain: the trajectory ends
-                    self._end(r, "stop" if r.traj.eos and not r.traj.capped else "length")
-                    break
-                work += self._emit(r, tok, None)
+        # Until nothing is left to write: a token written here can cap its trajectory and so put
+        # requests already passed over into closing mode.
+        while work := [r for r in self._reqs if r.live and (r.forced or r.tracker.closing)]:
+            while work:
+                r = work.pop()
+                while r.live and (r.forced or r.tracker.closing):
+                    tok = r.forced.popleft() if r.forced else r.tracker.closing_token()
+                    if tok is None:  # closing reached the main chain: the trajectory ends
+                        self._end(r, "stop" if r.traj.eos and not r.traj.capped else "length")
+                        break
+                    work += self._emit(r, tok, None)
+            self._reqs = [r for r in self._reqs if r.live]
         self._reqs = [r for r in self._reqs if r.live]
         return [r for r in self._reqs if self._takes_samples(r)]
 
@@ -241,8 +258,7 @@ class RequestExecutor:
             if any(t in tail + text for t in self.spec.tags):
                 r.refused += 1
                 r.traj.redraws += 1
-                if self._params.greedy or r.refused > MAX_REDRAWS:
-                    r.tracker.start_closing(whole_request=False)
+                r.close_after = self._params.greedy or r.refused > MAX_REDRAWS  # once its kept tokens are in
                 cut = i if begin is None else begin
                 return Completion(c.token_ids[:cut], c.logprobs[:cut], "length")
             tail = self._pending(tail + text)

@@ -49,6 +49,7 @@ class HFEngine:
         self.device = device
         self.max_batch_size = max_batch_size
         self.eos_id = self.tokenizer.eos_token_id
+        self.stop_ids = frozenset({self.eos_id})  # ids generate always stops on
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
         self._executors: dict[str, Any] = {}  # repr(ExecutorConfig) -> ParallelExecutor (grammar compiled once)
 
@@ -135,11 +136,15 @@ class HFEngine:
         step_pos = pos[:, -1:]
         for t in range(T):
             logits = raw / params.temperature  # [B, V]
-            if params.top_p < 1.0:
+            if params.top_p < 1.0 and matchers is None:
                 logits = _top_p_filter(logits, params.top_p)
-            logp = logits.log_softmax(-1)  # [B, V] the sampling distribution
+            # reported: the sampling distribution; under a grammar the model's own (unmasked, no top-p),
+            # always finite for whatever the grammar lets through (actors/grammar_processor.py)
+            logp = logits.log_softmax(-1)  # [B, V]
             if matchers is not None and not speculate:  # the grammar limits the draw, not the reported logprob
                 logits = self._grammar_mask(logits, matchers, done)
+                if params.top_p < 1.0:  # top-p over what the grammar allows, as the KV executor draws
+                    logits = _top_p_filter(logits, params.top_p)
             gen_so_far = None
             if processor is not None:  # each row's tokens so far (a finished row: up to its stop)
                 upto = torch.minimum(lengths, torch.tensor(t)).tolist()

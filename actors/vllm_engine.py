@@ -45,6 +45,18 @@ class WeightSyncExtension:
         return len(loaded) if loaded is not None else len(state_dict)
 
 
+def _generation_eos(model_path: str) -> list[int]:
+    """EOS ids of the model's generation config, which vLLM stops on besides the tokenizer's
+    (Qwen3: <|im_end|> and <|endoftext|>); none if it has no generation config."""
+    from transformers import GenerationConfig
+
+    try:
+        eos = GenerationConfig.from_pretrained(model_path).eos_token_id
+    except OSError:
+        return []
+    return [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+
+
 def _structured(grammar: str):
     """vLLM's structured-output parameter for an EBNF grammar (newer and older spellings)."""
     try:
@@ -74,6 +86,7 @@ class VLLMEngine:
                        logprobs_mode="processed_logprobs",
                        worker_extension_cls="actors.vllm_engine.WeightSyncExtension")
         self.eos_id = self.tokenizer.eos_token_id
+        self.stop_ids = frozenset({self.eos_id, *_generation_eos(model_path)})  # what vLLM itself stops on
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, grammar: str | list[str | None] | None = None,
                  limits: list[int] | None = None, processor=None) -> list[Completion]:

@@ -368,3 +368,80 @@ def test_sft_on_teacher_traces_trains_the_layout_the_request_executor_runs(engin
     assert torch.equal(sft.input_ids, rl.input_ids) and torch.equal(sft.loss_mask, rl.response_mask)
     assert torch.equal(sft.position_ids, rl.position_ids) and torch.equal(sft.segment_ids, rl.segment_ids)
     assert torch.equal(sft.segment_visible, rl.segment_visible)
+
+
+def test_every_trajectory_cap_finishes_cleanly_when_eos_and_a_banned_tag_meet_it(engine):
+    """Thread 0 samples EOS (closing it), thread 1 draws a banned nested block (cut, redrawn): whatever
+    the trajectory cap, every request is settled and the trajectory ends with a parsable text."""
+    from formats import SUBTASK, Block, Branch
+    from formats import Trajectory as Tree
+
+    tok, eos = engine.tokenizer, engine.tokenizer.eos_token_id
+    tree = Tree(("Go. ", Block((Branch(SUBTASK, ("x",), "x"), Branch(SUBTASK, ("y",), "y"))), " done"))
+    scripts = role_scripts(tree, "parason", tok)
+    scripts[(0, 0)] = scripts[(0, 0)][:3] + [eos]  # <Thread> x \n EOS
+    scripts[(0, 1)] = scripts[(0, 1)][:3] + tok.encode(" aaa", add_special_tokens=False) + \
+        [tok.convert_tokens_to_ids("<Parallel>")] + scripts[(0, 1)][3:]
+    for cap in range(8, 40):
+        rx = RequestExecutor(engine, tok, ExecutorConfig(format="parason", max_depth=1), Replay([dict(scripts)], eos))
+        [r] = rx.run([tok.encode("Q: 1\nA:")], SamplingParams(max_new_tokens=cap, seed=0))
+        assert parse(text(tok, r).removesuffix(tok.eos_token), "parason").ok, cap
+
+
+def test_greedy_spelled_tag_keeps_the_tokens_before_it(engine):
+    tok = engine.tokenizer
+    head = tok.encode("aaa", add_special_tokens=False) + [tok.convert_tokens_to_ids("<Parallel>")]
+    spelled = tok.encode(" <Outl", add_special_tokens=False) + tok.encode("ines>", add_special_tokens=False)
+    rx = RequestExecutor(engine, tok, ExecutorConfig(format="parason", grammar=True),
+                         Replay([{(): head + spelled}], tok.eos_token_id))
+    [r] = rx.run([tok.encode("Q: 1\nA:")], SamplingParams(max_new_tokens=40, greedy=True))
+    assert r.token_ids[: len(head)] == head and rx.redraws == 1  # cut at ' <Outl', the rest closed by the executor
+    assert parse(text(tok, r).removesuffix(tok.eos_token), "parason").ok
+
+
+def test_hf_generate_applies_top_p_after_the_grammar(engine):
+    """A grammar whose tokens all lie outside the unmasked top-p set: top-p runs over what the grammar
+    allows (as the KV executor draws), and the reported logprob stays the model's own."""
+    tok = engine.tokenizer
+    out = engine.generate([tok.encode("Q: 1\nA:")] * 2, SamplingParams(max_new_tokens=5, top_p=0.01, seed=0),
+                          grammar='root ::= "zq" [a-z]*')
+    for c in out:
+        assert tok.decode(c.token_ids).startswith("zq") and all(-50 < lp < 0 for lp in c.logprobs)
+
+
+class _StopsShort:
+    """vLLM at its max_model_len: returns fewer tokens than asked, finish "length" (it cannot run here)."""
+
+    def __init__(self, inner):
+        self.inner, self.stop_ids = inner, inner.stop_ids
+
+    def generate(self, prompts, params, limits=None, processor=None):
+        outs = self.inner.generate(prompts, params, limits=limits, processor=processor)
+        return [Completion(c.token_ids[:2], c.logprobs[:2], "length") if len(c.token_ids) > 2 else c for c in outs]
+
+
+class _ExtraEos:
+    """vLLM stopping on its generation config's second EOS id (Qwen3: <|endoftext|>) besides the tokenizer's."""
+
+    def __init__(self, inner, extra: int):
+        self.inner, self.extra, self.stop_ids = inner, extra, inner.stop_ids | {extra}
+
+    def generate(self, prompts, params, limits=None, processor=None):
+        import dataclasses
+
+        params = dataclasses.replace(params, stop_token_ids=(*params.stop_token_ids, self.extra))
+        return self.inner.generate(prompts, params, limits=limits, processor=processor)
+
+
+def test_an_engine_that_stops_short_or_on_its_own_eos_ids_ends_trajectories_cleanly(engine):
+    tok = engine.tokenizer
+    tree = nested_tree()
+    short = RequestExecutor(_StopsShort(engine), tok, ExecutorConfig(format="parason"),
+                            Replay([role_scripts(tree, "parason", tok)], tok.eos_token_id))
+    [r] = short.run([tok.encode("Q: 1\nA:")], SamplingParams(max_new_tokens=200))
+    assert r.finish_reason == "length" and parse(text(tok, r), "parason").ok  # closed as a cap, no endless retry
+    done = tok.encode(" done", add_special_tokens=False)[-1]
+    script = tok.encode("Go. ok", add_special_tokens=False) + [done] + tok.encode(" more", add_special_tokens=False)
+    rx = RequestExecutor(_ExtraEos(engine, done), tok, ExecutorConfig(format="parason"), Replay([{(): script}], -1))
+    [r] = rx.run([tok.encode("Q: 1\nA:")], SamplingParams(max_new_tokens=50))
+    assert r.finish_reason == "stop" and r.token_ids[-1] == done  # the engine's own EOS id ends the trajectory

@@ -125,8 +125,6 @@ class RequestExecutor:
         self.tags = TagIds.from_tokenizer(self.spec, tokenizer)
         self.eos = tokenizer.eos_token_id
         self._tag_set = frozenset(self.tags.ids.values())
-        self._prefixes = {t[:i] for t in self.spec.tags for i in range(1, len(t))}
-        self._longest = max(len(t) for t in self.spec.tags)
         self._texts: dict[int, str] = {}
         self.free = 0  # grammar on: requests that started where no grammar fragment applies (last run)
         self.rounds = 0  # engine calls (rounds of requests) of the last run
@@ -261,7 +259,7 @@ class RequestExecutor:
                 r.close_after = self._params.greedy or r.refused > MAX_REDRAWS  # once its kept tokens are in
                 cut = i if begin is None else begin
                 return Completion(c.token_ids[:cut], c.logprobs[:cut], "length")
-            tail = self._pending(tail + text)
+            tail = self.spec.pending_tag(tail + text)
             begin = None if not tail else (i if len(tail) <= len(text) else begin)
         return c
 
@@ -269,13 +267,6 @@ class RequestExecutor:
         if tok not in self._texts:
             self._texts[tok] = self.tokenizer.decode([tok], skip_special_tokens=False)
         return self._texts[tok]
-
-    def _pending(self, text: str) -> str:
-        """Longest suffix of `text` that is a proper prefix of a tag ('' if none)."""
-        for i in range(max(0, len(text) - self._longest), len(text)):
-            if text[i:] in self._prefixes:
-                return text[i:]
-        return ""
 
     def _grammar(self, r: _Req) -> str | None:
         """The EBNF for what request `r` writes next (`formats.ebnf(spec, start)`): the response's
@@ -322,7 +313,7 @@ class RequestExecutor:
         r.role_tokens.append(tok)
         r.traj.emitted += 1
         if self.cfg.grammar:
-            r.tail = "" if tok in self._tag_set else self._pending(r.tail + self._text(tok))
+            r.tail = "" if tok in self._tag_set else self.spec.pending_tag(r.tail + self._text(tok))
         ev = r.tracker.observe(tok)
         r.forced.extend(ev.force)
         self._check_caps(r)

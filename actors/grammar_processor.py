@@ -86,7 +86,7 @@ class GrammarMasker:
         self._banned: dict[str, tuple[torch.Tensor, frozenset[int]]] = {}  # tail -> ([V] bool, same as a set)
         # Tokens ending in a tag prefix ('<', ' </'): harmless in free text (the grammar lets text
         # go on after '<'), a dead end where only tags and whitespace may follow.
-        starts = [i not in self._tag_ids and self._pending(t) != "" for i, t in enumerate(self._text)]
+        starts = [i not in self._tag_ids and self.spec.pending_tag(t) != "" for i, t in enumerate(self._text)]
         self._starts_tag = torch.tensor(starts)  # [V] bool
         self._starts_tag_ids = frozenset(i for i, s in enumerate(starts) if s)
         plain = [i for i, t in enumerate(self._text) if t.strip() and "<" not in t and ">" not in t
@@ -114,7 +114,7 @@ class GrammarMasker:
         else:
             self.release(state)
             ok = bool(state.matcher.accept_token(token))
-        state.tail = "" if token in self._tag_ids else self._pending(state.tail + self._text[token])
+        state.tail = "" if token in self._tag_ids else self.spec.pending_tag(state.tail + self._text[token])
         self.seconds += time.thread_time() - t0
         return ok
 
@@ -171,13 +171,6 @@ class GrammarMasker:
         logits.masked_fill_(~ok, float("-inf"))
         self.seconds += time.thread_time() - t0
         self.calls += len(states)
-
-    def _pending(self, text: str) -> str:
-        """Longest suffix of `text` that is a proper prefix of a tag ('' if none)."""
-        for i in range(max(0, len(text) - 16), len(text)):
-            if text[i:] in self._prefixes:
-                return text[i:]
-        return ""
 
     def _banned_after(self, tail: str) -> tuple[torch.Tensor, frozenset[int]]:
         """Non-tag tokens that would spell (part of) a tag after `tail`, as [V] bool and as a set.

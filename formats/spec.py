@@ -24,6 +24,7 @@ Only Parason nests: a ``<Thread>`` body may contain further ``<Parallel>`` block
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from functools import lru_cache
 
 __all__ = [
     "ALL_SPECIAL_TOKENS",
@@ -109,6 +110,19 @@ class FormatSpec:
     def is_parason(self) -> bool:
         return self.name == "parason"
 
+    def pending_tag(self, text: str) -> str:
+        """Longest suffix of `text` that is a proper prefix of one of this format's tags ('' if none):
+        what a following piece of text could complete into a tag spelled across tokens.
+
+        >>> get_spec("parason").pending_tag("x </Thr")
+        '</Thr'
+        """
+        prefixes = _tag_prefixes(self)
+        for i in range(max(0, len(text) - max(map(len, self.tags))), len(text)):
+            if text[i:] in prefixes:
+                return text[i:]
+        return ""
+
     @property
     def tags(self) -> tuple[str, ...]:
         """Every opening and closing tag this format uses, in a stable order."""
@@ -139,6 +153,11 @@ PARALLEL_R1 = FormatSpec(name="parallel_r1")
 PARASON = FormatSpec(name="parason")
 
 _DEFAULTS = {"parallel_r1": PARALLEL_R1, "parason": PARASON}
+
+
+@lru_cache(maxsize=64)
+def _tag_prefixes(spec: FormatSpec) -> frozenset[str]:
+    return frozenset(t[:i] for t in spec.tags for i in range(1, len(t)))
 
 
 def get_spec(name: str, **overrides) -> FormatSpec:

@@ -61,7 +61,7 @@ def _with_default(stage: Stage, default: tuple[str, Mapping[str, Any]] | None) -
 
 
 @register_curriculum("sft_then_rl")
-def sft_then_rl(sft_steps: int, rl_steps: int, reward: str | None = None,
+def sft_then_rl(sft_steps: int = 60, rl_steps: int = 20, reward: str | None = None,
                 reward_params: Mapping[str, Any] | None = None) -> Curriculum:
     """Cold-start SFT, then RL with one reward (Parallel-R1's recipe without the GSM8K stage)."""
     return Curriculum([Stage("sft", "sft", sft_steps),

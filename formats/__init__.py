@@ -28,6 +28,8 @@ Metrics:   ``compute_metrics(tree_or_parse_result, spec, tokenizer=None) -> Metr
            speedup, eta, blocks, branches, depth, first-<Parallel> position, Subtask/Trial/Path
            shares; units and conventions in :mod:`formats.metrics`); ``text_stats(text, spec,
            tokenizer=None) -> dict`` (parse + metrics + valid/status/error; never raises).
+Headers:   ``thread_header(outline)``, ``with_thread_headers(tree)``: the text the executor forces
+           after a Parason ``<Thread>`` (:mod:`formats.headers`).
 Grammar:   ``ebnf(spec) -> str`` (xgrammar EBNF, ``root ::=``), ``compile_grammar(spec, hf_tokenizer)``,
            ``GrammarChecker(spec, hf_tokenizer).accepts(text)``.
 CLI:       ``python -m formats stats FILE.jsonl --format {parallel_r1,parason} [--tokenizer DIR]``.
@@ -47,12 +49,16 @@ Example::
 """
 
 from formats.grammar import GrammarChecker, compile_grammar, ebnf
+from formats.headers import THREAD_HEADER_SEP, thread_header, with_thread_headers
 from formats.metrics import METRIC_FIELDS, Metrics, compute_metrics, text_stats
 from formats.parser import STATUSES, ParseError, ParseResult, final_segment, parse, render
 from formats.spec import ALL_SPECIAL_TOKENS, FORMAT_NAMES, PARALLEL_R1, PARASON, FormatSpec, get_spec
 from formats.tree import BRANCH_KINDS, PATH, SUBTASK, TRIAL, Block, Branch, Trajectory, canonical_nodes
 
 __all__ = [
+    "THREAD_HEADER_SEP",
+    "thread_header",
+    "with_thread_headers",
     "ALL_SPECIAL_TOKENS",
     "BRANCH_KINDS",
     "FORMAT_NAMES",

@@ -89,7 +89,7 @@ class Trainer:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.curriculum: Curriculum = cfg.curriculum.build(cfg.reward, cfg.trainer)
+        self.curriculum: Curriculum = cfg.curriculum.build(cfg.reward)
         self.data = StageStreams(cfg.data, train, self.tokenizer, cfg.trainer.seed)
         for s in self.curriculum.stages:
             if s.steps:

@@ -56,7 +56,7 @@ def test_every_issue_experiment_exists_at_both_scales():
 @pytest.mark.parametrize("name", PAPER)
 def test_paper_scale_carries_the_papers_numbers(name):
     cfg = _compose(f"+experiment=paper/{name}")
-    cur = cfg.curriculum.build(cfg.reward, cfg.trainer)
+    cur = cfg.curriculum.build(cfg.reward)
     got = [(s.name, s.steps, s.reward, s.to_dict()["schedule"], s.data,
             {k: getattr(s, k) for k in PAPER_NUMBERS[name][i][5]}) for i, s in enumerate(cur.stages)]
     assert got == PAPER_NUMBERS[name]
@@ -67,7 +67,7 @@ def test_paper_scale_carries_the_papers_numbers(name):
 @pytest.mark.parametrize("name", CPU)
 def test_cpu_scale_composes_and_is_small(name):
     cfg = _compose(f"+experiment={name}")
-    cur = cfg.curriculum.build(cfg.reward, cfg.trainer)
+    cur = cfg.curriculum.build(cfg.reward)
     assert cfg.model.path is None and cfg.rollout.engine == "hf"  # the tiny model, on CPU
     # Small enough for a CPU: RL steps (~3 s each) stay few; an SFT warm start (~1 s a step) may be
     # as long as the default run's 600 steps, which the tiny model needs to learn the arithmetic.
@@ -76,7 +76,7 @@ def test_cpu_scale_composes_and_is_small(name):
     assert all(s.data is None for s in cur.stages)  # the run's toy data
     if name in PAPER:  # same stages and rewards as the paper, only the numbers shrink
         paper = _compose(f"+experiment=paper/{name}")
-        paper_cur = paper.curriculum.build(paper.reward, paper.trainer)
+        paper_cur = paper.curriculum.build(paper.reward)
         assert [(s.name, s.kind, s.reward) for s in cur.stages] == [(s.name, s.kind, s.reward) for s in paper_cur.stages]
         assert [s.reward_names() for s in cur.stages] == [s.reward_names() for s in paper_cur.stages]
 
@@ -85,13 +85,13 @@ def test_parason_reward_numbers_and_sweep_overrides():
     cfg = _compose("+experiment=paper/parason_pa_grpo")
     assert cfg.reward.params == {"alpha": 0.0, "beta_sub": 0.05, "beta_trial": 0.1, "rho": 0.0, "rho_clip": 0.2}
     cfg = _compose("+experiment=parason_pa_grpo", "reward.beta_sub=0.025", "reward.beta_trial=0.05")
-    rl = cfg.curriculum.build(cfg.reward, cfg.trainer).stages[1]
+    rl = cfg.curriculum.build(cfg.reward).stages[1]
     assert (rl.reward, rl.reward_params["beta_sub"], rl.reward_params["beta_trial"]) == ("pa_grpo", 0.025, 0.05)
 
 
 def test_scaffold_switch_moves_from_the_command_line():
     cfg = _compose("+experiment=paper/parallel_r1_scaffold", "curriculum.stages.dapo.schedule.0.steps=100")
-    dapo = cfg.curriculum.build(cfg.reward, cfg.trainer).stages[1]
+    dapo = cfg.curriculum.build(cfg.reward).stages[1]
     assert [dapo.at(i).reward for i in (98, 99, 100, 108)] == ["tiered", "tiered", "accuracy", "accuracy"]
 
 

@@ -1,8 +1,8 @@
 """Request executor: the parallel formats over any engine's `generate` (vLLM on GPU; hf stands in on CPU).
 
-`actors.executor.ParallelExecutor` forks inside one decode loop and merges the branches' KV at a
+`parallel.kv.KVExecutor` forks inside one decode loop and merges the branches' KV at a
 join; it needs per-token control of a transformers model. Engines such as vLLM only take whole
-requests, so this executor drives the same `Tracker` (actors/executor_format.py) one *engine
+requests, so this executor drives the same `Tracker` (parallel/tracker.py) one *engine
 request* at a time, as Parason dispatches threads on SGLang:
 
 * the tags where the executor acts are stop tokens (`stop_tags`: a branch's closing tag, the
@@ -26,104 +26,49 @@ request* at a time, as Parason dispatches threads on SGLang:
   (`formats.ebnf(spec, start)`: the response, a thread / path body + its closing tag, a summary
   body), through the engine's structured outputs (vLLM; xgrammar bitmasks on hf). The engine
   matches strings, so it cannot stop a tag spelled in pieces the way the KV executor's masker
-  does (`actors/grammar_processor.py`); a request restarted mid-text (after a cut) re-enters its
+  does (`engines/grammar.py`); a request restarted mid-text (after a cut) re-enters its
   body's grammar at the start.
 
-Every request re-reads its context causally, as text, with positions 0..n-1 (vLLM with prefix
-caching re-reads the shared prefix from cache). So a later branch's tokens are seen twice: in
-their own request (after the prefix) and, re-read, in the join's (after the earlier branches).
-The record says so (`reprefill=True`). The learner scores it exactly either as one causal row per
-request (`learner.layout=threadweaver`) or as one row per trajectory, the text causally plus
-copies of the requests that saw less than the text before them (`structured`,
-orchestrator/reprefill.py; the shared prefix is scored once). A request that continues after a forced tag
-or a join keeps its request id (its new context extends the old one causally), so the main chain
-is one row. Logprobs are the engine's (model distribution at temperature T); forced tokens 0.0.
+Every request re-reads its context causally, as text, with positions 0..n-1, so records say
+`reprefill=True` (what that means for the learner: `contract.batch.ExecutionRecord`). A request that
+continues after a forced tag or a join keeps its request id (its new context extends the old one
+causally), so the main chain is one row. Logprobs are the engine's (model distribution at
+temperature T); forced tokens 0.0.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import torch
-
-from actors.executor import Execution, ExecutorConfig, Processor, RowView
-from actors.executor_format import TagIds, Tracker
-from actors.executor_record import Segment, build_record, prompt_segment
-from formats import get_spec
-from orchestrator.batch import Completion, SamplingParams
+from contract.batch import Completion, SamplingParams
+from contract.config import ExecutorConfig
+from parallel.base import Chain, Execution, ExecutorBase, Group, Processor, Traj, engine_processor
+from parallel.record import Segment, prompt_segment
+from parallel.tracker import Tracker
 
 MAX_REDRAWS = 4  # resamples of a request that drew a banned tag before its branch is closed
 
 
-@dataclass(eq=False)
-class _Traj:
-    index: int
-    emitted: int = 0
-    capped: bool = False
-    eos: bool = False
-    calls: int = 0  # engine requests sent for this trajectory
-    redraws: int = 0
-    reqs: list = field(default_factory=list)
-    final: _Req | None = None
-    finish: str = "length"
+@dataclass(eq=False, kw_only=True)
+class _Req(Chain):
+    """A chain of engine requests (a continuation keeps its id); `context` is what the next one reads."""
 
-
-@dataclass(eq=False)
-class _Group:
-    parent: _Req
-    n: int
-    done: list = field(default_factory=list)  # (k, finished branch request)
-
-
-@dataclass(eq=False)
-class _Req:
-    """One chain of engine requests: the main chain or a branch (a continuation keeps its id)."""
-
-    traj: _Traj
-    tracker: Tracker
-    request: int
-    role: tuple[int, ...]
-    context: list[int]  # what the next engine request reads
-    segs: list[Segment]
-    role_tokens: list[int] = field(default_factory=list)
-    forced: deque = field(default_factory=deque)
-    cur: Segment | None = None
-    live: bool = True  # False once ended, forked (waiting for its join) or joined
-    forks: int = 0
-    group: _Group | None = None
-    k: int = 0
+    context: list[int]
     refused: int = 0  # banned draws in a row
     cut: bool = False  # this round's completion was cut (a banned draw): ignore the rest of it
     tail: str = ""  # grammar on: trailing text that could be the start of a tag spelled in pieces
     close_after: bool = False  # close the branch once this round's kept tokens are consumed
     stalled: bool = False  # the engine returned fewer tokens than asked, with "length": it cannot go on
 
-    def view(self) -> RowView:
-        return RowView(self.traj.index, self.role, self.role_tokens)
 
-
-def replay_processor(processor: Processor, views: list[RowView]) -> Callable[[list[list[int]], torch.Tensor], torch.Tensor]:
-    """An executor `Processor` (e.g. `Replay`) as an engine-level one: row i continues `views[i]`."""
-
-    def apply(generated: list[list[int]], x: torch.Tensor) -> torch.Tensor:
-        return processor([RowView(v.traj, v.role, v.tokens + g) for v, g in zip(views, generated)], x)
-
-    apply.commutes_with_mask = getattr(processor, "commutes_with_mask", False)  # speculative grammar stays exact
-    return apply
-
-
-class RequestExecutor:
+class RequestExecutor(ExecutorBase):
     """Runs trajectories in executed or sequential mode over `engine.generate`, request by request."""
 
-    def __init__(self, engine, tokenizer, cfg: ExecutorConfig, processor: Processor | None = None):
-        self.engine, self.tokenizer, self.cfg, self.processor = engine, tokenizer, cfg, processor
-        self.spec = get_spec(cfg.format, max_branches=cfg.max_branches, max_depth=cfg.max_depth,
-                             min_branches=min(2, cfg.max_branches))
-        self.tags = TagIds.from_tokenizer(self.spec, tokenizer)
-        self.eos = tokenizer.eos_token_id
+    def __init__(self, engine, tokenizer, cfg: ExecutorConfig, fmt: str = "parason",
+                 processor: Processor | None = None):
+        super().__init__(tokenizer, cfg, fmt, processor)
+        self.engine = engine
         self._tag_set = frozenset(self.tags.ids.values())
         self._texts: dict[int, str] = {}
         self.free = 0  # grammar on: requests that started where no grammar fragment applies (last run)
@@ -132,15 +77,12 @@ class RequestExecutor:
 
     def run(self, prompts: list[list[int]], params: SamplingParams) -> list[Execution]:
         """One trajectory per prompt, in order."""
-        if not prompts or any(len(p) == 0 for p in prompts):
-            raise ValueError("every prompt needs at least one token")
-        if params.temperature <= 0:
-            raise ValueError("temperature must be > 0 (use greedy=True for argmax decoding)")
+        self._check_run(prompts, params)
         self._params, self._next_request, self.rounds, self._reqs, self.free = params, 0, 0, [], 0
         # every id the engine itself stops on (vLLM adds the generation config's EOS ids)
         self._stops = {self.eos, *params.stop_token_ids, *getattr(self.engine, "stop_ids", ())}
         stop_ids = tuple(sorted(set(params.stop_token_ids) | self.stop_tags()))
-        trajs = [_Traj(i) for i in range(len(prompts))]
+        trajs = [Traj(i) for i in range(len(prompts))]
         pending = [self._main(t, p) for t, p in zip(trajs, prompts)]
         while pending:
             sp = dataclasses.replace(params, stop_token_ids=stop_ids, seed=params.seed + 1_000_003 * self.rounds)
@@ -149,12 +91,12 @@ class RequestExecutor:
             if self.cfg.grammar:
                 kw["grammar"] = [self._grammar(r) for r in pending]
             if self.processor is not None:
-                kw["processor"] = replay_processor(self.processor, [r.view() for r in pending])
+                kw["processor"] = engine_processor(self.processor, [r.view() for r in pending])
             outs = self.engine.generate([r.context for r in pending], dataclasses.replace(sp, max_new_tokens=max(limits)),
                                         limits=limits, **kw)
             self.rounds += 1
             for r, c, lim in zip(pending, outs, limits):
-                r.traj.calls += 1
+                r.traj.requests += 1
                 self._check_completion(r, c)
                 r.stalled = c.finish_reason == "length" and len(c.token_ids) < lim
             if self.cfg.grammar:
@@ -165,7 +107,7 @@ class RequestExecutor:
         if unfinished:  # a bug, never a silent loss: name what was left
             raise RuntimeError(f"request executor stopped with trajectories {unfinished} unfinished")
         self.redraws = sum(t.redraws for t in trajs)
-        return [self._finish(t) for t in trajs]
+        return [self._finish(t, reprefill=True) for t in trajs]
 
     # ---- one round ----------------------------------------------------------------------------
     def _check_completion(self, r: _Req, c: Completion) -> None:
@@ -193,7 +135,7 @@ class RequestExecutor:
             r.close_after = False
             if r.stalled and r.live and not r.traj.capped:  # the engine stopped short (e.g. its max_model_len)
                 r.traj.capped = True
-                for q in r.traj.reqs:
+                for q in r.traj.chains:
                     q.tracker.start_closing(whole_request=True)
 
     def stop_tags(self) -> set[int]:
@@ -216,7 +158,7 @@ class RequestExecutor:
                 while r.live and (r.forced or r.tracker.closing):
                     tok = r.forced.popleft() if r.forced else r.tracker.closing_token()
                     if tok is None:  # closing reached the main chain: the trajectory ends
-                        self._end(r, "stop" if r.traj.eos and not r.traj.capped else "length")
+                        self._end(r, self._closed_reason(r.traj))
                         break
                     work += self._emit(r, tok, None)
             self._reqs = [r for r in self._reqs if r.live]
@@ -230,8 +172,7 @@ class RequestExecutor:
                 self._emit(r, tok, logprob)
                 self._end(r, "stop")
                 return
-            r.traj.eos = r.traj.eos or not r.tracker.in_branch  # EOS in a block: close the innermost branch
-            r.tracker.start_closing(whole_request=False)
+            self._eos_in_block(r)
             return
         if tok in r.tracker.banned():
             r.refused += 1
@@ -302,16 +243,8 @@ class RequestExecutor:
     # ---- tokens, forks, joins -----------------------------------------------------------------
     def _emit(self, r: _Req, tok: int, logprob: float | None) -> list[_Req]:
         """Append `tok` to `r` (sampled when `logprob` is set); returns requests a fork or join started."""
-        request = r.request if logprob is not None else -1
-        if r.cur is None or r.cur.request != request:
-            r.cur = Segment(request, list(r.segs))
-            r.segs.append(r.cur)
-        r.cur.tokens.append(tok)
-        r.cur.positions.append(len(r.context))  # causal: the engine reads the context as one sequence
-        r.cur.logprobs.append(0.0 if logprob is None else logprob)
+        self._record(r, tok, logprob, len(r.context))  # causal: the engine reads the context as one sequence
         r.context.append(tok)
-        r.role_tokens.append(tok)
-        r.traj.emitted += 1
         if self.cfg.grammar:
             r.tail = "" if tok in self._tag_set else self.spec.pending_tag(r.tail + self._text(tok))
         ev = r.tracker.observe(tok)
@@ -323,18 +256,9 @@ class RequestExecutor:
             return self._branch_done(r)
         return []
 
-    def _check_caps(self, r: _Req) -> None:
-        t = r.traj
-        if t.emitted >= self._params.max_new_tokens and not t.capped:
-            t.capped = True
-            for q in t.reqs:
-                q.tracker.start_closing(whole_request=True)
-        elif not r.tracker.closing and r.tracker.branch_tokens() >= self.cfg.max_branch_tokens - 1:
-            r.tracker.start_closing(whole_request=False)
-
     def _fork(self, r: _Req, n: int) -> list[_Req]:
         r.live = False
-        group = _Group(r, n)
+        group = Group(r, n)
         children = []
         for k in range(n):
             tracker, open_tag = r.tracker.branch(k)
@@ -346,40 +270,26 @@ class RequestExecutor:
         return children
 
     def _branch_done(self, r: _Req) -> list[_Req]:
-        r.live = False
+        """The last branch of a block ended: the continuation re-reads prefix + every branch as text."""
         group = r.group
-        group.done.append((r.k, r))
-        if len(group.done) < group.n:
+        if not self._branch_ended(r):
             return []
         p = group.parent
-        n0, s0 = len(p.context), len(p.segs)
-        done = [b for _, b in sorted(group.done, key=lambda d: d[0])]
-        context = p.context + [tok for b in done for tok in b.context[n0:]]
-        segs = p.segs + [s for b in done for s in b.segs[s0:]]
-        cont = _Req(p.traj, p.tracker, p.request, p.role, context, segs, role_tokens=p.role_tokens,
-                    forks=p.forks, group=p.group, k=p.k)
-        p.traj.reqs.append(cont)
+        done, segs, forced = self._joined(group)
+        context = p.context + [tok for b, _ in done for tok in b.context[len(p.context):]]
+        cont = _Req(traj=p.traj, tracker=p.tracker, request=p.request, role=p.role, context=context, segs=segs,
+                    role_tokens=p.role_tokens, forks=p.forks, group=p.group, k=p.k)
+        p.traj.chains.append(cont)
         self._reqs.append(cont)
-        forced = p.tracker.join()
         cont.forced.extend(forced[1:])
         return [cont] + self._emit(cont, forced[0], None)
 
-    def _main(self, traj: _Traj, prompt: list[int]) -> _Req:
-        tracker = Tracker(self.tags, self.eos, self.cfg.mode == "executed", self.cfg.num_paths,
-                          self.cfg.thread_headers)
-        return self._new(traj, tracker, (), list(prompt), [prompt_segment(prompt)])
+    def _main(self, traj: Traj, prompt: list[int]) -> _Req:
+        return self._new(traj, self._tracker(), (), list(prompt), [prompt_segment(prompt)])
 
-    def _new(self, traj: _Traj, tracker: Tracker, role: tuple, context: list[int], segs: list[Segment]) -> _Req:
-        r = _Req(traj, tracker, self._next_request, role, context, segs)
+    def _new(self, traj: Traj, tracker: Tracker, role: tuple, context: list[int], segs: list[Segment]) -> _Req:
+        r = _Req(traj=traj, tracker=tracker, request=self._next_request, role=role, context=context, segs=segs)
         self._next_request += 1
-        traj.reqs.append(r)
+        traj.chains.append(r)
         self._reqs.append(r)
         return r
-
-    def _end(self, r: _Req, reason: str) -> None:
-        r.live = False
-        r.traj.final, r.traj.finish = r, reason
-
-    def _finish(self, t: _Traj) -> Execution:
-        tokens, logprobs, record = build_record(t.final.segs, reprefill=True)
-        return Execution(tokens, logprobs, t.finish, record, t.calls)

@@ -1,7 +1,9 @@
 """The typed batch contract between actors.
 
 Data flows driver -> rollout -> reward -> driver (advantages) -> learner as these small
-dataclasses. Token lists stay plain Python on the rollout/reward side (cheap to pickle,
+dataclasses, grouped by who fills them: the engine interface (`SamplingParams` in, `Completion`
+out), the rollout's output (`Prompt` -> `Trajectory`, with the `ExecutionRecord` of how the engine
+produced it) and the learner's input (`TrainBatch`, `SFTBatch`). Token lists stay plain Python on the rollout/reward side (cheap to pickle,
 no torch needed); the learner-facing ``TrainBatch`` is padded tensors.
 """
 
@@ -57,6 +59,21 @@ class ExecutionRecord:
     a maximal contiguous span of that row produced by one engine request (or the prompt, or text
     the executor forced, such as a closing tag). Sequential decoding is one prompt segment and
     one response segment that sees it, with positions 0..L-1: plain causal attention.
+
+    Reprefill, the one place this story is told. How a request reads earlier segments depends
+    on the executor (parallel/):
+
+    * the KV executor (`reprefill=False`) forks the prefix KV and, at a join, appends every
+      branch's KV *as computed in its branch*. One row with segment masks and these positions is
+      exact: each branch sees the prefix and itself, the continuation sees every branch;
+    * the request executor (`reprefill=True`, any engine: vLLM) sends whole requests; each re-reads
+      its whole context causally, as text, positions 0..n-1 (vLLM's prefix cache makes that
+      cheap). A later branch's tokens are therefore seen twice: in their own request, after the
+      prefix only, and re-read in the join's, after the earlier branches. No single masked row
+      holds both contexts. Exact scorings: one causal row per request
+      (`learner.layout=threadweaver`), or the text causally plus copies of the requests that saw
+      less than the text before them (`structured`, `layouts/reprefill.py`); `causal` refuses a
+      forked reprefill record.
     """
 
     position_ids: list[int]  # [L] the position id the engine used for token t
@@ -65,13 +82,7 @@ class ExecutionRecord:
     segment_visible: list[list[int]]
     segment_request: list[int]  # engine request id that produced segment s (-1: prompt / forced)
     sampled: list[bool]  # [L] True where the token was sampled (trained on); forced/prompt tokens False
-    # How a request read earlier segments. False (the KV executor, actors/executor.py): as they were
-    # computed where they were generated (merged KV), so one row with segment masks is exact. True
-    # (the request executor over any engine, actors/executor_requests.py): every engine request
-    # re-read its whole context causally as text, positions 0..n-1: a later branch's tokens are seen
-    # in their own request and, re-read, in the join's. Scored exactly by one causal row per request
-    # (learner.layout=threadweaver) or by the text plus copies (structured; orchestrator/reprefill.py).
-    reprefill: bool = False
+    reprefill: bool = False  # the requests re-read their contexts as text (the class docstring)
 
 
 @dataclass
@@ -87,18 +98,6 @@ class Trajectory:
     text: str  # the decoded response (tags kept: skip_special_tokens=False)
     # None for plain sequential decoding (causal attention, positions 0..L-1).
     record: ExecutionRecord | None = None
-
-
-@dataclass
-class ScoredGroup:
-    """All samples of one prompt after scoring."""
-
-    uid: str
-    trajectories: list[Trajectory]
-    rewards: list[float]
-    correct: list[bool]
-    components: dict[str, list[float]] = field(default_factory=dict)
-    errors: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""vLLM engine (GPU): the `Engine` protocol over `vllm.LLM`, registered as "vllm".
+"""vLLM engine (GPU; the CPU build too): the `Engine` protocol over `vllm.LLM`, named "vllm".
 
 Choices, and why:
 
@@ -32,8 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.engine import register_engine
-from orchestrator.batch import Completion, SamplingParams
+from contract.batch import Completion, SamplingParams
 
 
 class WeightSyncExtension:
@@ -69,7 +68,6 @@ def _structured(grammar: str):
         return {"guided_decoding": GuidedDecodingParams(grammar=grammar)}
 
 
-@register_engine("vllm")
 class VLLMEngine:
     """Sampling engine over `vllm.LLM` on one GPU (tensor parallel by config)."""
 
@@ -84,7 +82,7 @@ class VLLMEngine:
                        gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
                        max_num_seqs=max_batch_size, max_model_len=max_model_len,
                        logprobs_mode="processed_logprobs",
-                       worker_extension_cls="actors.vllm_engine.WeightSyncExtension")
+                       worker_extension_cls="engines.vllm.WeightSyncExtension")
         self.eos_id = self.tokenizer.eos_token_id
         self.stop_ids = frozenset({self.eos_id, *_generation_eos(model_path)})  # what vLLM itself stops on
 

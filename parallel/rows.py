@@ -4,7 +4,7 @@ A *row* is one engine request: a KV history (one column per token it has seen, i
 the position id of its next token and the token to feed next. `RowBatch.step` feeds one token
 per row and returns the next-token logits of every row. Rows join and leave the batch only at
 fork / join / finish events; `RowBatch.regroup` then rebuilds the padded cache once for the
-whole new set of rows, so the steady state is plain batched decoding (`actors.decode_kv`: no
+whole new set of rows, so the steady state is plain batched decoding (`engines.decode_kv`: no
 per-step cache copies).
 
 Why per-row histories are enough for parallel execution: a branch row's history is the parent's
@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from actors.decode_kv import KVDecoder
+from engines.decode_kv import KVDecoder
+from engines.sampling import left_pad
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: K, V [Hkv, n, D]
 
@@ -49,12 +50,7 @@ class RowBatch:
     @torch.no_grad()
     def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
         """Run the prompts (left padded); returns last-position logits [B, V]."""
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p):] = 1
+        ids, mask = left_pad(prompts, self.pad_id)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, P] positions ignore left padding
         return self.decoder.prefill(ids.to(self.device), mask.to(self.device), pos.to(self.device))
 

@@ -1,6 +1,10 @@
-"""Grammar-constrained decoding with xgrammar: a token-bitmask processor for the HF backend.
+"""Grammar-constrained decoding with xgrammar: the one token-bitmask masker every decode loop uses.
 
-The grammar is the format's EBNF from `formats.grammar` (the one module that knows the tags).
+Two uses: the KV executor constrains every row by the format's EBNF from `formats.grammar` (the
+one module that knows the tags), with the spelled-tag rules below; the hf engine's `generate`
+constrains each row by the grammar it was given (`GrammarMasker(None, ...)`, `new_state(ebnf)`:
+plain xgrammar, as vLLM's structured outputs apply it). Both draw through
+`engines.sampling.grammar_draw`.
 Each engine request owns one `GrammarState` (an `xgrammar.GrammarMatcher` and a short text tail);
 a branch request starts from a fork of its parent's state (taken right after the fork point),
 and the continuation after a join feeds its state every branch's tokens in text order — the
@@ -13,7 +17,7 @@ pending tag prefix (`tail`, e.g. `<Out`) into a longer prefix or a whole tag, an
 tags and whitespace may come (no plain text token is allowed), a token that would start
 spelling one. Text may still contain `<` (`x < 3`); only spelled tags are excluded.
 
-Two ways to use it (the executor picks, see `ParallelExecutor._sample`):
+Two ways to use it (`engines.sampling.grammar_draw` picks):
 
 * `mask(logits, states)`: fill every row's bitmask and set forbidden logits to -inf;
 * speculative: draw from the unmasked logits, `check(state, token)` each draw, and mask +
@@ -69,16 +73,31 @@ class GrammarState:
 
 
 class GrammarMasker:
-    """Compiled grammar of one format for one tokenizer, and the batched masking step."""
+    """Compiled grammars for one tokenizer, and the batched masking step.
 
-    def __init__(self, spec: FormatSpec | str, tokenizer, vocab_size: int):
+    With a format `spec`: its grammar is the default one, and spelled tags are refused as well (the
+    module docstring). With `spec=None`: plain xgrammar for the EBNF texts states are made with.
+    """
+
+    def __init__(self, spec: FormatSpec | str | None, tokenizer, vocab_size: int):
         import xgrammar as xgr
 
         self._xgr = xgr
-        self.spec = spec if isinstance(spec, FormatSpec) else get_spec(spec)
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
-        self.compiled = compile_grammar(self.spec, tokenizer, compiler=xgr.GrammarCompiler(info))
+        self._compiler = xgr.GrammarCompiler(info)
+        self._compiled: dict[str, object] = {}  # EBNF text -> compiled grammar
         self.vocab_size = vocab_size
+        self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)  # [B, ceil(V/32)] int32, grown on demand
+        self._bits = torch.arange(32, dtype=torch.int32)
+        self.seconds = 0.0  # CPU time spent filling masks, checking and accepting tokens
+        self.calls = 0  # rows fully masked
+        self.checks = 0  # sampled tokens checked speculatively (`check`)
+        self.rejected = 0  # tokens the executor forced that the grammar refused (should stay 0)
+        self.spec = None if spec is None else spec if isinstance(spec, FormatSpec) else get_spec(spec)
+        if self.spec is None:
+            self.compiled = None
+            return
+        self.compiled = compile_grammar(self.spec, tokenizer, compiler=self._compiler)
         n = len(tokenizer)
         self._text = [tokenizer.decode([i]) if i < n else "" for i in range(vocab_size)]
         self._tag_ids = {tokenizer.convert_tokens_to_ids(t) for t in self.spec.tags}
@@ -92,15 +111,16 @@ class GrammarMasker:
         plain = [i for i, t in enumerate(self._text) if t.strip() and "<" not in t and ">" not in t
                  and i not in self._tag_ids]
         self._plain = torch.tensor(plain, dtype=torch.long)  # tokens allowed wherever free text is
-        self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)  # [B, ceil(V/32)] int32, grown on demand
-        self._bits = torch.arange(32, dtype=torch.int32)
-        self.seconds = 0.0  # CPU time spent filling masks, checking and accepting tokens
-        self.calls = 0  # rows fully masked
-        self.checks = 0  # sampled tokens checked speculatively (`check`)
-        self.rejected = 0  # tokens the executor forced that the grammar refused (should stay 0)
 
-    def new_state(self) -> GrammarState:
-        return GrammarState(self._xgr.GrammarMatcher(self.compiled))
+    def new_state(self, ebnf: str | None = None) -> GrammarState:
+        """A matcher at the start of `ebnf` (compiled once per text), or of the format's grammar."""
+        if ebnf is None:
+            if self.compiled is None:
+                raise ValueError("a masker without a format needs the EBNF of each state")
+            return GrammarState(self._xgr.GrammarMatcher(self.compiled))
+        if ebnf not in self._compiled:
+            self._compiled[ebnf] = self._compiler.compile_grammar(ebnf)
+        return GrammarState(self._xgr.GrammarMatcher(self._compiled[ebnf]))
 
     def fork(self, state: GrammarState) -> GrammarState:
         self.release(state)
@@ -114,7 +134,8 @@ class GrammarMasker:
         else:
             self.release(state)
             ok = bool(state.matcher.accept_token(token))
-        state.tail = "" if token in self._tag_ids else self.spec.pending_tag(state.tail + self._text[token])
+        if self.spec is not None:
+            state.tail = "" if token in self._tag_ids else self.spec.pending_tag(state.tail + self._text[token])
         self.seconds += time.thread_time() - t0
         return ok
 
@@ -126,7 +147,7 @@ class GrammarMasker:
         (allowed only where free text is, which needs the full mask to tell)."""
         t0 = time.thread_time()
         self.release(state)
-        ok = token not in self._starts_tag_ids and token not in self._banned_after(state.tail)[1]
+        ok = self.spec is None or (token not in self._starts_tag_ids and token not in self._banned_after(state.tail)[1])
         if ok and state.matcher.accept_token(token):
             state.ahead = token
         else:
@@ -159,6 +180,8 @@ class GrammarMasker:
             self.release(st)
             st.matcher.fill_next_token_bitmask(bitmask, i)
         ok = ((bitmask[:, :, None] >> self._bits) & 1).view(S, -1)[:, : self.vocab_size].bool()  # [S, V]
+        if self.spec is None:
+            return ok
         structural = ~ok[:, self._plain].any(-1)  # [S] the grammar allows no free text here
         ok &= ~torch.stack([self._banned_after(st.tail)[0] for st in states])
         ok &= ~(structural[:, None] & self._starts_tag[None, :])

@@ -71,9 +71,16 @@ class DataConfig:
                    f"must be in [0, 1), got {p!r}")
         _check(self.trace in ("serial", "parallel_r1", "parason"), "data.trace", f"unknown trace {self.trace!r}")
 
+    @property
+    def format(self) -> str:
+        """The trajectory format the run writes and parses: Parason for Parason traces, else Parallel-R1."""
+        return "parason" if self.trace == "parason" else "parallel_r1"
+
 
 @dataclass
-class ExecutorSettings:
+class ExecutorConfig:
+    """The `rollout.executor` slice: how sequential / executed modes run (parallel/)."""
+
     # off: plain engine.generate (fastest; the format is just text) | sequential: the parallel
     # format tracked in one request (caps, forced closing tags) | executed: real fork/join, every
     # branch its own request, with an execution record.
@@ -93,12 +100,16 @@ class ExecutorSettings:
     # executor gives each engine request the grammar of what it writes; mode off constrains
     # engine.generate with the whole grammar (vLLM structured outputs; a bitmask on hf).
     grammar: bool = False
+    # Parason: force each thread's outline entry after <Thread> (formats/headers.py says why).
+    thread_headers: bool = True
 
     def __post_init__(self) -> None:
         _check(self.mode in ("off", "sequential", "executed"), "rollout.executor.mode",
                f"unknown mode {self.mode!r}; valid: off, sequential, executed")
         _check(1 <= self.num_paths <= self.max_branches, "rollout.executor.num_paths",
                "need 1 <= num_paths <= max_branches")
+        _check(self.max_branch_tokens >= 2, "rollout.executor.max_branch_tokens",
+               "must leave room for the closing tag (>= 2)")
         _check(self.dispatch in ("auto", "kv", "requests"), "rollout.executor.dispatch",
                f"unknown dispatch {self.dispatch!r}; valid: auto, kv, requests")
 
@@ -118,7 +129,7 @@ class RolloutConfig:
     num_cpus: float = 0.5
     num_gpus: float = 0.0
     torch_threads: int = 2
-    executor: ExecutorSettings = field(default_factory=ExecutorSettings)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
 
     def __post_init__(self) -> None:
         _check(self.num_actors >= 1, "rollout.num_actors", "must be >= 1")
@@ -252,11 +263,9 @@ class LearnerConfig:
 
 @dataclass
 class TrainerConfig:
-    # Cold-start SFT steps before RL (0 skips SFT).
-    sft_steps: int = 60
+    # Step budgets live in curriculum.stages.<name>.steps only. Batch sizes of stages that set
+    # none: SFT examples per step, and RL prompts per step (x rollout.n trajectories).
     sft_batch_size: int = 64
-    # RL steps and prompts per step (batch = prompts_per_step x rollout.n trajectories).
-    rl_steps: int = 20
     prompts_per_step: int = 16
     # Evaluate held-out accuracy after each stage on data.n_test problems.
     eval_after_stage: bool = True
@@ -275,8 +284,6 @@ class TrainerConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _check(self.sft_steps >= 0, "trainer.sft_steps", "must be >= 0")
-        _check(self.rl_steps >= 0, "trainer.rl_steps", "must be >= 0")
         _check(self.sft_batch_size >= 1, "trainer.sft_batch_size", "must be >= 1 (a batch size)")
         _check(self.prompts_per_step >= 1, "trainer.prompts_per_step", "must be >= 1 (a batch size)")
         _check(self.save_every >= 0, "trainer.save_every", "must be >= 0")
@@ -376,8 +383,8 @@ class CurriculumConfig:
     # Curriculum by registry name; the state machine owns stage order and reward schedules.
     # With `stages` given, the name only labels the curriculum (checkpoints compare it).
     name: str = "sft_then_rl"
-    # Stages in order, keyed by stage name; empty: the registered builder `name`, sized by
-    # trainer.sft_steps / trainer.rl_steps.
+    # Stages in order, keyed by stage name (the one home of step budgets); empty: the registered
+    # builder `name` with its own defaults.
     stages: dict[str, StageConfig] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -387,17 +394,16 @@ class CurriculumConfig:
             _check(self.name in curriculum_names(), "curriculum.name",
                    f"unknown curriculum {self.name!r}; registered: {curriculum_names()}, or give curriculum.stages")
             return
-        built = self.build(None, None)
+        built = self.build(None)
         for s in built.stages:
             for choice in _stage_choices(s):
                 _check_reward(f"curriculum.stages.{s.name}.{'schedule' if s.schedule else 'reward'}",
                               choice.name, choice.params)
 
-    def build(self, reward: RewardConfig | None, trainer: TrainerConfig | None):
+    def build(self, reward: RewardConfig | None):
         """The curriculum this config describes (a `curricula.Curriculum`).
 
-        RL stages without their own reward use the run's `reward` (name and merged params);
-        the registered-builder form takes its step counts from `trainer`.
+        RL stages without their own reward use the run's `reward` (name and merged params).
         """
         from curricula import build_curriculum, curriculum_from_dict
 
@@ -407,9 +413,7 @@ class CurriculumConfig:
                 plain = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else dict(v)
                          for k, v in self.stages.items()}
                 return curriculum_from_dict(self.name, plain, default)
-            trainer = trainer or TrainerConfig()
-            return build_curriculum(self.name, sft_steps=trainer.sft_steps, rl_steps=trainer.rl_steps,
-                                    reward=default[0] if default else None,
+            return build_curriculum(self.name, reward=default[0] if default else None,
                                     reward_params=default[1] if default else None)
         except ValueError as e:
             raise ConfigError(f"curriculum.stages: {e}") from None
@@ -443,9 +447,12 @@ class ParallaxConfig:
         _check(not (self.rollout.executor.mode == "executed" and self.learner.layout == "causal"),
                "learner.layout", "executed branches must be scored with layout structured or threadweaver "
                "(causal would score tokens in a context the engine never used)")
-        per_step = self.trainer.prompts_per_step * self.rollout.n
-        _check(per_step % self.learner.num_actors == 0, "trainer.prompts_per_step",
-               f"prompts_per_step x rollout.n = {per_step} must divide by learner.num_actors")
+        for s in self.curriculum.build(self.reward).stages:
+            if s.kind != "rl" or not s.steps:
+                continue
+            per_step = (s.batch_size or self.trainer.prompts_per_step) * (s.rollout_n or self.rollout.n)
+            _check(per_step % self.learner.num_actors == 0, f"curriculum.stages.{s.name}",
+                   f"prompts x samples per step = {per_step} must divide by learner.num_actors")
 
 
 def register_configs() -> None:

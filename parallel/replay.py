@@ -2,14 +2,16 @@
 
 A random tiny model driven by `Replay` writes teacher traces token by token while everything
 else — the model forward, KV cache, batching, forks, joins, positions, the record — is real.
-`role_scripts` splits a trace (a `formats` tree) into what each executed request emits.
+`role_scripts` splits a trace (a `formats` tree) into what each executed request emits;
+`layouts.teacher.teacher_role_scripts` does the same for a teacher trace's text. The one replay
+test double of the tests and the benches; engines take it through `parallel.base.engine_processor`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from actors.executor import RowView
+from parallel.base import RowView
 from formats import SUBTASK, Trajectory, get_spec, render
 
 

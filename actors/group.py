@@ -14,7 +14,7 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from orchestrator.batch import Prompt, SFTBatch, TrainBatch
+from contract.batch import Prompt, SFTBatch, TrainBatch
 
 
 @dataclass

@@ -2,11 +2,11 @@
 
 One worker per data-parallel rank. On CPU the process group is gloo; on GPU, NCCL. Each
 rank takes an interleaved shard of the batch; losses are normalised by global token counts
-(see orchestrator/algo.py), so the update does not depend on the world size or on the
+(see contract/algo.py), so the update does not depend on the world size or on the
 micro-batch split. Gradient accumulation is driven explicitly: every micro-batch calls
 `backward`, the last one marks the accumulation boundary and `step()` applies the update.
 SFT micro-batches may be packed (`learner.sft_packing`): several examples per row, each attending
-only to itself (orchestrator/data.py `pack_sft_batch`); the token-sum loss is the same.
+only to itself (`layouts.packing.pack_sft_batch`); the token-sum loss is the same.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from orchestrator import algo
-from orchestrator.batch import SFTBatch, TrainBatch
-from orchestrator.config import LearnerConfig
+from contract import algo
+from contract.batch import SFTBatch, TrainBatch
+from contract.config import LearnerConfig
 
 
 def ds_config(cfg: LearnerConfig, dtype: str) -> dict[str, Any]:
@@ -38,9 +38,9 @@ def ds_config(cfg: LearnerConfig, dtype: str) -> dict[str, Any]:
 def score_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float,
                    structure: tuple | None, device) -> torch.Tensor:
     """[b, L] token logprobs; `structure` = (position_ids, segment_ids, segment_visible) of a
-    structured or packed batch (see actors/masks.py), or None / all-None for plain causal rows."""
+    structured or packed batch (see layouts/masks.py), or None / all-None for plain causal rows."""
     if structure is not None and structure[0] is not None:
-        from actors.masks import structured_logprobs
+        from layouts.masks import structured_logprobs
 
         pos, seg, vis = (t.to(device) for t in structure)
         return structured_logprobs(model, input_ids.to(device), pos, seg, vis, temperature)
@@ -54,7 +54,7 @@ def sft_micro_batches(batch: SFTBatch, cfg: LearnerConfig) -> list[SFTBatch]:
     micro = batch.split(cfg.micro_batch_size)
     if not cfg.sft_packing:
         return micro
-    from orchestrator.data import pack_sft_batch
+    from layouts.packing import pack_sft_batch
 
     return [pack_sft_batch(mb, cfg.sft_pack_length) for mb in micro]
 
@@ -119,6 +119,24 @@ class LearnerWorker:
         return dataclasses.replace(batch, old_logprobs=old), gap
 
     # ---- updates ----------------------------------------------------------------
+    def _backward_step(self, loss: torch.Tensor, boundary: bool) -> float:
+        """Backward one micro-batch; at the accumulation boundary apply the update. Returns the global
+        gradient norm before clipping at the boundary (nan elsewhere)."""
+        self.engine.set_gradient_accumulation_boundary(boundary)
+        self.engine.backward(loss, scale_wrt_gas=False)
+        own = self._grad_norm() if boundary and self.cfg.zero_stage == 0 else None
+        self.engine.step()
+        if not boundary:
+            return float("nan")
+        ds = self.engine.get_global_grad_norm()  # the ZeRO optimizers' norm; None at stage 0
+        norm = ds if ds is not None else own
+        return float("nan") if norm is None else float(norm)
+
+    def _grad_norm(self) -> float:
+        """L2 norm of the (already all-reduced) gradients, which DeepSpeed does not report at ZeRO-0."""
+        grads = [p.grad.detach().float().norm() for p in self.engine.module.parameters() if p.grad is not None]
+        return float(torch.linalg.vector_norm(torch.stack(grads))) if grads else 0.0
+
     def _set_lr(self, lr: float, weight_decay: float) -> None:
         for group in self.engine.optimizer.param_groups:
             group["lr"], group["weight_decay"] = lr, weight_decay
@@ -149,13 +167,11 @@ class LearnerWorker:
                     kl = algo.kl_loss(logp, ref, mask, kind=cfg.kl_type, agg=cfg.loss_agg_mode, **norm)
                     loss = loss + cfg.kl_coef * kl
                     stats["actor/kl"] = stats.get("actor/kl", 0.0) + float(kl)
-                self.engine.set_gradient_accumulation_boundary(i == len(micro) - 1)
-                self.engine.backward(loss, scale_wrt_gas=False)
-                self.engine.step()
+                norm = self._backward_step(loss, boundary=i == len(micro) - 1)
                 stats["actor/pg_loss"] = stats.get("actor/pg_loss", 0.0) + float(loss.detach())
                 for k, v in m.items():
                     stats[k] = stats.get(k, 0.0) + float(v) / len(micro)
-        stats["actor/grad_norm"] = float(self.engine.get_global_grad_norm() or 0.0)
+        stats["actor/grad_norm"] = norm
         stats["actor/lr"] = lr
         return stats
 
@@ -168,12 +184,10 @@ class LearnerWorker:
         micro = sft_micro_batches(batch, self.cfg)
         for i, mb in enumerate(micro):
             loss = sft_loss(self.engine, mb, global_tokens, self.world, self.device)
-            self.engine.set_gradient_accumulation_boundary(i == len(micro) - 1)
-            self.engine.backward(loss, scale_wrt_gas=False)
-            self.engine.step()
+            norm = self._backward_step(loss, boundary=i == len(micro) - 1)
             total += float(loss.detach()) / self.world
             cells, real = cells + mb.attention_mask.numel(), real + int(mb.attention_mask.sum())
-        return {"sft/loss": total, "sft/lr": lr, "sft/grad_norm": float(self.engine.get_global_grad_norm() or 0.0),
+        return {"sft/loss": total, "sft/lr": lr, "sft/grad_norm": norm,
                 "sft/pad_frac": 1.0 - real / max(1, cells)}  # share of scored cells that are padding
 
     def reset_optimizer(self) -> None:

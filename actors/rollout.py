@@ -4,35 +4,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.engine import make_engine
-from orchestrator.batch import Prompt, SamplingParams, Trajectory
-from orchestrator.config import RolloutConfig
+from contract.batch import Prompt, SamplingParams, Trajectory
+from contract.config import RolloutConfig
+from engines import make_engine
 
 
 class RolloutWorker:
-    """Plain class (Ray wraps it in actors/group.py); one engine per worker."""
+    """Plain class (Ray wraps it in actors/group.py); one engine per worker.
+
+    Picked once here, by config: plain `engine.generate` (mode off; the format's grammar as structured
+    outputs when asked), or an executor for sequential / executed modes -- the KV executor over the hf
+    engine's model (dispatch kv) or the request executor over any engine's `generate` (requests).
+    """
 
     def __init__(self, cfg: RolloutConfig, model_path: str, dtype: str = "float32", fmt: str = "parallel_r1"):
-        import dataclasses
-
         import torch
 
         torch.set_num_threads(cfg.torch_threads)
         self.cfg = cfg
         self.engine = make_engine(cfg.engine, model_path=model_path, dtype=dtype, max_batch_size=cfg.max_batch_size)
         self.tokenizer = self.engine.tokenizer
-        self.executor = None
-        self.requests = None  # dispatch requests: the request executor over engine.generate
-        self.grammar = None  # mode off: the format's EBNF for engines with structured outputs (vllm)
-        if cfg.executor.mode != "off":
-            from actors.executor import ExecutorConfig
+        self.executor = None  # KVExecutor | RequestExecutor; both share the engine's weights
+        self.grammar = None  # mode off: the format's EBNF for the engine's structured outputs
+        if cfg.executor.mode != "off" and cfg.dispatch == "requests":
+            from parallel.requests import RequestExecutor
 
-            fields = {k: v for k, v in dataclasses.asdict(cfg.executor).items() if k != "dispatch"}
-            self.executor = ExecutorConfig(format=fmt, **fields)
-            if cfg.dispatch == "requests":
-                from actors.executor_requests import RequestExecutor
+            self.executor = RequestExecutor(self.engine, self.tokenizer, cfg.executor, fmt)
+        elif cfg.executor.mode != "off":
+            from parallel.kv import KVExecutor
 
-                self.requests = RequestExecutor(self.engine, self.tokenizer, self.executor)
+            self.executor = KVExecutor.from_engine(self.engine, cfg.executor, fmt)
         elif cfg.executor.grammar:
             from formats import ebnf
 
@@ -51,10 +52,8 @@ class RolloutWorker:
         flat = [p for p in prompts for _ in range(n)]
         ids = [p.token_ids for p in flat]
         # An executor run returns completions with an ExecutionRecord; plain generate returns none.
-        if self.requests:
-            outs = self.requests.run(ids, params)
-        elif self.executor:
-            outs = self.engine.execute(ids, params, self.executor)
+        if self.executor:
+            outs = self.executor.run(ids, params)
         elif self.grammar:
             outs = self.engine.generate(ids, params, grammar=self.grammar)
         else:

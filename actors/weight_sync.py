@@ -2,8 +2,8 @@
 
 `ObjectStoreSync` (CPU, any cluster): rank 0's gathered state dict goes into Ray's object
 store once and every rollout actor pulls it from there, never through the driver.
-`nccl` is the GPU path's name in the registry: a broadcast over a learner-rollout process
-group (as verl and OpenRLHF do); it is not implemented yet and fails at setup, not mid-run.
+It is the only weight sync there is: a GPU broadcast over a learner-rollout process group (as
+verl and OpenRLHF do) is an open issue.
 """
 
 from __future__ import annotations
@@ -29,6 +29,4 @@ class ObjectStoreSync:
 def make_weight_sync(name: str) -> WeightSync:
     if name == "object_store":
         return ObjectStoreSync()
-    if name == "nccl":
-        raise NotImplementedError("weight_sync=nccl (GPU broadcast) is not implemented yet; use object_store")
-    raise ValueError(f"unknown weight sync {name!r}; valid: object_store, nccl")
+    raise ValueError(f"unknown weight sync {name!r}; valid: object_store")

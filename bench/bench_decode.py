@@ -1,4 +1,4 @@
-"""Benchmark: the HF engine's decode step, copy-free (`actors.decode_kv`) vs transformers' own path.
+"""Benchmark: the HF engine's decode step, copy-free (`engines.decode_kv`) vs transformers' own path.
 
 The same `HFEngine.generate` calls (same prompts, seeds and tokens: checked) run with
 `KVDecoder.fast` on and off, alternating `--repeat` times so both see the same load; best of
@@ -24,9 +24,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch
 
 import toyworld
-from actors import decode_kv
-from actors.hf_engine import HFEngine
-from orchestrator.batch import SamplingParams
+from contract.batch import SamplingParams
+from engines import decode_kv
+from engines.hf import HFEngine
 
 
 class _Switch:

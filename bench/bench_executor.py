@@ -1,6 +1,6 @@
 """Benchmark: executed branches vs sequential decoding of the same trajectories, and grammar cost.
 
-The tiny model (random weights) is driven by `actors.executor_replay.Replay` to write toyworld
+The tiny model (random weights) is driven by `parallel.replay.Replay` to write toyworld
 Parason teacher traces, so both modes produce exactly the same tokens (checked) and only the
 execution differs:
 
@@ -61,23 +61,24 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch
 
 import toyworld
-from actors.decode_kv import KVDecoder
-from actors.executor import ExecutorConfig, ParallelExecutor
-from actors.executor_replay import Replay, role_scripts, sequential_script
+from contract.batch import SamplingParams
+from contract.config import ExecutorConfig
+from engines.decode_kv import KVDecoder
 from formats import parse
-from orchestrator.batch import SamplingParams
+from parallel.kv import KVExecutor
+from parallel.replay import Replay, role_scripts, sequential_script
 
 
 def timed_run(model, tok, problems, mode: str, grammar: bool, repeat: int, speculative: bool = True):
     """Best-of-`repeat` (wall, CPU) seconds of one `run` over `problems`; returns (times, executions, executor)."""
     trees = [parse(p.traces["parason"], "parason").tree for p in problems]
     prompts = [tok.encode(p.prompt) for p in problems]
-    cfg = ExecutorConfig(format="parason", mode=mode, grammar=grammar, max_branches=8, max_branch_tokens=512)
+    cfg = ExecutorConfig(mode=mode, grammar=grammar, max_branches=8, max_branch_tokens=512)
     best, cpu, res, ex = float("inf"), float("inf"), None, None
     for _ in range(repeat):
         scripts = [role_scripts(t, "parason", tok) if mode == "executed" else sequential_script(t, "parason", tok)
                    for t in trees]
-        ex = ParallelExecutor(model, tok, cfg, Replay(scripts, tok.eos_token_id))
+        ex = KVExecutor(model, tok, cfg, "parason", Replay(scripts, tok.eos_token_id))
         ex.speculative_grammar = speculative
         t0, c0 = time.perf_counter(), time.process_time()
         res = ex.run(prompts, SamplingParams(max_new_tokens=1024, seed=0))
@@ -100,9 +101,9 @@ def grammar_runs(model, tok, chunk, repeat: int, acc: dict) -> None:
 def sampled_runs(model, tok, chunk, max_new_tokens: int, acc: dict) -> None:
     """The random model sampling freely under the grammar (executed mode), speculative then full mask."""
     prompts = [tok.encode(p.prompt) for p in chunk]
-    cfg = ExecutorConfig(format="parason", mode="executed", grammar=True, max_branch_tokens=32)
+    cfg = ExecutorConfig(mode="executed", grammar=True, max_branch_tokens=32)
     for name, spec in (("sampled_spec", True), ("sampled_full", False)):
-        ex = ParallelExecutor(model, tok, cfg)
+        ex = KVExecutor(model, tok, cfg, "parason")
         ex.speculative_grammar = spec
         c0 = time.process_time()
         ex.run(prompts, SamplingParams(max_new_tokens=max_new_tokens, seed=0))

@@ -6,7 +6,7 @@
 ``step``: forward+backward of a tiny Qwen3 (fp32, CPU, batch 1) per layout; step time is the min
 over interleaved steps (robust to a shared machine), peak RSS is measured in a fresh subprocess:
   causal      plain causal attention (HF's SDPA is_causal path, no mask tensor);
-  structured  actors/masks.py: layout tensors -> vectorised 4-D SDPA mask + predictor gather
+  structured  layouts/masks.py: layout tensors -> vectorised 4-D SDPA mask + predictor gather
               (mask construction is inside the timed step);
   naive       the same 4-D mask built the way the public Parallel-R1 code does it in spirit: a
               Python loop over every (query, key) pair (build time reported separately).
@@ -46,8 +46,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from actors import masks
-from orchestrator.batch import ExecutionRecord
+from contract.batch import ExecutionRecord
+from layouts import masks
 
 
 def synthetic_record(L: int, branches: int = 4) -> ExecutionRecord:
@@ -111,7 +111,7 @@ def tiny_model(max_pos: int):
 
 def _stepper(layout: str, L: int):
     """(model, step function) for one layout; the structured step builds its mask inside."""
-    from orchestrator.algo import token_logprobs
+    from contract.algo import token_logprobs
 
     model = tiny_model(2 * L)
     ids = torch.randint(2, 400, (1, L), generator=torch.Generator().manual_seed(0))
@@ -213,10 +213,13 @@ def run_consistency(args) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import toyworld
-    from actors.executor import ExecutorConfig, ParallelExecutor
-    from orchestrator.algo import token_logprobs
-    from orchestrator.batch import SamplingParams, Trajectory
-    from orchestrator.structured import build_train_batch, replay_processor, teacher_role_scripts
+    from contract.algo import token_logprobs
+    from contract.batch import SamplingParams, Trajectory
+    from contract.config import ExecutorConfig
+    from layouts import build_train_batch
+    from layouts.teacher import teacher_role_scripts
+    from parallel.kv import KVExecutor
+    from parallel.replay import Replay
     from tinylm import TinyModelConfig, build_tiny_model
 
     path = build_tiny_model(
@@ -231,8 +234,8 @@ def run_consistency(args) -> None:
             scripts = [
                 teacher_role_scripts(pr, p.traces[fmt], fmt, tok, mode) for pr, p in zip(prompts, problems)
             ]
-            cfg = ExecutorConfig(format=fmt, mode=mode, num_paths=3)  # difficulty 2: 3 branches
-            runs = ParallelExecutor(model, tok, cfg, replay_processor(scripts, tok.eos_token_id)).run(
+            cfg = ExecutorConfig(mode=mode, num_paths=3)  # difficulty 2: 3 branches
+            runs = KVExecutor(model, tok, cfg, fmt, Replay(scripts, tok.eos_token_id)).run(
                 prompts, SamplingParams(max_new_tokens=400, temperature=1.0, seed=0)
             )
             trajs = [
@@ -269,9 +272,10 @@ def run_sft_packing(args) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from actors.learner import sft_loss, sft_micro_batches
-    from orchestrator.config import DataConfig, LearnerConfig
-    from orchestrator.data import batches, load_problems, sft_batch, tokenizer_corpus
-    from orchestrator.structured import structured_sft_batch
+    from contract.config import DataConfig, LearnerConfig
+    from layouts.causal import sft_batch
+    from layouts.structured import structured_sft_batch
+    from orchestrator.data import batches, load_problems, tokenizer_corpus
     from tinylm import TinyModelConfig, build_tiny_model
 
     data = DataConfig()  # the default run's toy data: parallel_r1 traces, difficulty 1

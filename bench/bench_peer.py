@@ -73,7 +73,7 @@ def build_models(root: Path) -> tuple[Path, Path]:
 
 def step_batches(n_steps: int, prompts: int, seed: int) -> list[list]:
     """The toy-world problems of each step, in the order Parallax's trainer draws them."""
-    from orchestrator.config import DataConfig
+    from contract.config import DataConfig
     from orchestrator.data import batches, load_problems
 
     train, _ = load_problems(DataConfig(seed=seed))
@@ -178,7 +178,7 @@ class ParallaxSide:
     def __init__(self, args, model_dir: Path, run_dir: Path):
         from hydra import compose, initialize_config_dir
 
-        from orchestrator.config import register_configs, validate
+        from contract.config import register_configs, validate
         from orchestrator.setup import start_cluster
         from orchestrator.trainer import Trainer
 

@@ -25,7 +25,7 @@ Figures:
 * learner tokens: the rows the learner scores for these records, over one text-order row per
   trajectory — `tw_tokens_ratio` for threadweaver (one causal row per request: the prefix once
   per request), `struct_tokens_ratio` for structured (the text plus copies of later branches,
-  orchestrator/reprefill.py). Both are exact; the KV executor's records need ratio 1.0.
+  layouts/reprefill.py). Both are exact; the KV executor's records need ratio 1.0.
 
     python bench/bench_requests.py [--n 16] [--batch 1 4 16] [--repeat 3] [--threads 1] [--grammar]
 
@@ -47,12 +47,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch
 
 import toyworld
-from actors.executor import ExecutorConfig, ParallelExecutor
-from actors.executor_replay import Replay, role_scripts, sequential_script
-from actors.executor_requests import RequestExecutor
+from contract.batch import SamplingParams, Trajectory
+from contract.config import ExecutorConfig
 from formats import parse
-from orchestrator.batch import SamplingParams, Trajectory
-from orchestrator.structured import build_train_batch
+from layouts import build_train_batch
+from parallel.kv import KVExecutor
+from parallel.replay import Replay, role_scripts, sequential_script
+from parallel.requests import RequestExecutor
 
 
 class Counting:
@@ -72,14 +73,14 @@ def run_once(engine, tok, problems, dispatch: str, mode: str, grammar: bool = Fa
     trees = [parse(p.traces["parason"], "parason").tree for p in problems]
     scripts = [role_scripts(t, "parason", tok) if mode == "executed" else sequential_script(t, "parason", tok)
                for t in trees]
-    cfg = ExecutorConfig(format="parason", mode=mode, max_branches=8, max_branch_tokens=512, grammar=grammar)
+    cfg = ExecutorConfig(mode=mode, max_branches=8, max_branch_tokens=512, grammar=grammar)
     prompts = [tok.encode(p.prompt) for p in problems]
     params = SamplingParams(max_new_tokens=1024, seed=0)
     counter = Counting(engine)
     if dispatch == "requests":
-        ex = RequestExecutor(counter, tok, cfg, Replay(scripts, tok.eos_token_id))
+        ex = RequestExecutor(counter, tok, cfg, "parason", Replay(scripts, tok.eos_token_id))
     else:
-        ex = ParallelExecutor(engine.model, tok, cfg, Replay(scripts, tok.eos_token_id))
+        ex = KVExecutor(engine.model, tok, cfg, Replay(scripts, tok.eos_token_id))
     t0 = time.perf_counter()
     res = ex.run(prompts, params)
     return time.perf_counter() - t0, res, counter
@@ -153,7 +154,7 @@ def main() -> None:
     ap.add_argument("--grammar", action="store_true", help="also time executed requests under their grammars")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from actors.hf_engine import HFEngine
+    from engines.hf import HFEngine
     from tinylm import TinyModelConfig, build_tiny_model
 
     mcfg = TinyModelConfig(hidden_size=args.hidden, num_layers=args.layers, intermediate_size=3 * args.hidden)

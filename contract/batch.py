@@ -112,7 +112,7 @@ class TrainBatch:
     response_mask: Any  # [B, L] float, 1 on response tokens (the loss positions)
     old_logprobs: Any  # [B, L] float, engine logprobs on response positions, 0 elsewhere
     advantages: Any  # [B, L] float, the sequence advantage broadcast on response positions
-    # Structured (Unseen) attention as the engine ran it (actors/masks.py); None = plain causal rows.
+    # Structured (Unseen) attention as the engine ran it (layouts/masks.py); None = plain causal rows.
     # O(B*(L + S^2)) to ship; the learner builds the backend's mask per micro-batch.
     position_ids: Any = None  # [B, L] long, the engine's position ids (0 on padding)
     segment_ids: Any = None  # [B, L] long, execution segment of each token (-1 on padding)

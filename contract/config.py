@@ -86,9 +86,9 @@ class ExecutorConfig:
     # branch its own request, with an execution record.
     mode: str = "off"
     # How sequential / executed modes drive the engine. kv: one decode loop that forks the prefix
-    # KV and merges branch KV at a join (hf engine only; actors/executor.py) | requests: whole
+    # KV and merges branch KV at a join (hf engine only; parallel/kv.py) | requests: whole
     # engine requests that stop at every tag and re-read their context (any engine: vLLM;
-    # actors/executor_requests.py; the learner scores them exactly with layout structured, which
+    # parallel/requests.py; the learner scores them exactly with layout structured, which
     # appends copies of later branches, or threadweaver) | auto: kv on hf, requests elsewhere.
     dispatch: str = "auto"
     # Parallel-R1 executed mode: paths launched per <Parallel> (the format does not announce them).
@@ -223,7 +223,7 @@ class LearnerConfig:
     # How the learner lays out a trajectory: causal (one row, causal attention: the Seen variant) |
     # structured (one row; each branch sees the prefix and itself, the join sees all branches,
     # positions as the engine used them: the Unseen variant; request-executor records get the text
-    # causally plus copies of later branches, orchestrator/reprefill.py) | threadweaver (one causal
+    # causally plus copies of later branches, layouts/reprefill.py) | threadweaver (one causal
     # row per engine request, the advantage broadcast; exact for branches, approximate for the KV
     # executor's joins, exact throughout for the request executor: rollout.executor.dispatch).
     layout: str = "causal"
@@ -238,7 +238,7 @@ class LearnerConfig:
     # SFT packing: each micro-batch's examples (still micro_batch_size of them) are concatenated
     # into as few rows of at most sft_pack_length tokens as first-fit decreasing finds, filled
     # evenly; each example attends only to itself with its own positions (segment masks,
-    # actors/masks.py: attention sdpa, eager or flex_attention). Same loss, less padding. An
+    # layouts/masks.py: attention sdpa, eager or flex_attention). Same loss, less padding. An
     # example longer than sft_pack_length gets a row of its own (never truncated).
     sft_packing: bool = False
     sft_pack_length: int = 512

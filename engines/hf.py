@@ -108,7 +108,7 @@ class HFEngine:
                 upto = torch.minimum(lengths, torch.tensor(t)).tolist()
                 so_far = [row[:n] for row, n in zip(tokens[:, :t].tolist(), upto)]
 
-            def draw(rows: list[int], x: torch.Tensor) -> torch.Tensor:
+            def draw(rows: list[int], x: torch.Tensor, so_far=so_far, logp=logp) -> torch.Tensor:
                 if states is not None and params.top_p < 1.0:  # top-p over what the grammar allows
                     x = top_p_filter(x, params.top_p)
                 if processor is not None:

@@ -2,8 +2,9 @@
 
 The rollout worker (``actors.rollout.RolloutWorker``, a plain class: no Ray for one process) with
 the configured engine (``hf`` on CPU, ``vllm`` on GPU) samples k completions per problem at the
-given temperature.  Decoding mode ``sequential`` is plain autoregressive decoding; the executed
-parallel mode (branches dispatched concurrently) plugs in through ``generate_fn`` once it exists.
+given temperature.  Decoding mode ``sequential`` is plain autoregressive decoding; ``executed``
+runs the parallel executor (every branch its own engine request, joined back: ``parallel/``), as
+``rollout.executor.mode=executed`` does in training. ``generate_fn`` replaces the decoder entirely.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from evaluation.prompts import build_prompt
 
 __all__ = ["MODES", "generate_samples", "problem_fields", "prompts_for"]
 
-MODES: tuple[str, ...] = ("sequential",)
+MODES: tuple[str, ...] = ("sequential", "executed")
 
 #: Problem meta copied onto every sample (the strata read them).
 _STRATA_FIELDS = ("level", "problem_number", "difficulty", "family", "contest", "subject")
@@ -42,20 +43,21 @@ def generate_samples(model_path: str, problems: Sequence[EvalProblem], k: int, *
     """k samples per problem; returns (sample dicts for :func:`evaluate_outputs`, the tokenizer).
 
     ``generate_fn(worker, prompts, k, seed)`` replaces the worker's own ``generate`` (an
-    executed-parallel decoder); it must return ``orchestrator.batch.Trajectory`` objects in
+    executed-parallel decoder); it must return ``contract.batch.Trajectory`` objects in
     prompt-major order.
     """
     from actors.rollout import RolloutWorker
-    from orchestrator.batch import Prompt
-    from orchestrator.config import RolloutConfig
+    from contract.batch import Prompt
+    from contract.config import ExecutorConfig, RolloutConfig
 
     if mode not in MODES and generate_fn is None:
         raise ValueError(f"decoding mode {mode!r} is not available; valid: {MODES} (or pass generate_fn)")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     cfg = RolloutConfig(engine=engine, n=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                        max_batch_size=batch_size, torch_threads=torch_threads)
-    worker = RolloutWorker(cfg, model_path, dtype=dtype)
+                        max_batch_size=batch_size, torch_threads=torch_threads,
+                        executor=ExecutorConfig(mode="executed" if mode == "executed" else "off"))
+    worker = RolloutWorker(cfg, model_path, dtype=dtype, fmt=fmt)
     tok = worker.tokenizer
     texts = prompts_for(problems, style, fmt)
     ids = tok(texts, add_special_tokens=False)["input_ids"]

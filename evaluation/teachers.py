@@ -99,11 +99,11 @@ class EngineTeacher:
         return state
 
     def complete(self, prompts: list[str], n: int = 1, seed: int = 0) -> list[list[str]]:
-        from orchestrator.batch import Prompt
+        from contract.batch import Prompt
 
         if self._worker is None:
             from actors.rollout import RolloutWorker
-            from orchestrator.config import RolloutConfig
+            from contract.config import RolloutConfig
 
             cfg = RolloutConfig(engine=self.engine, n=n, temperature=self.temperature,
                                 max_new_tokens=self.max_new_tokens, max_batch_size=self.batch_size,

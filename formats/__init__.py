@@ -56,9 +56,6 @@ from formats.spec import ALL_SPECIAL_TOKENS, FORMAT_NAMES, PARALLEL_R1, PARASON,
 from formats.tree import BRANCH_KINDS, PATH, SUBTASK, TRIAL, Block, Branch, Trajectory, canonical_nodes
 
 __all__ = [
-    "THREAD_HEADER_SEP",
-    "thread_header",
-    "with_thread_headers",
     "ALL_SPECIAL_TOKENS",
     "BRANCH_KINDS",
     "FORMAT_NAMES",
@@ -68,6 +65,7 @@ __all__ = [
     "PATH",
     "STATUSES",
     "SUBTASK",
+    "THREAD_HEADER_SEP",
     "TRIAL",
     "Block",
     "Branch",
@@ -86,4 +84,6 @@ __all__ = [
     "parse",
     "render",
     "text_stats",
+    "thread_header",
+    "with_thread_headers",
 ]

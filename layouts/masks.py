@@ -1,6 +1,6 @@
 """Structured ("Unseen") attention for the learner, built from the engine's execution records.
 
-A row's tokens are grouped into *segments* (see :class:`orchestrator.batch.ExecutionRecord`):
+A row's tokens are grouped into *segments* (see :class:`contract.batch.ExecutionRecord`):
 the prompt, each engine request's output, each forced tag. Segment s attends causally to itself
 and to the earlier segments listed in ``segment_visible[s]``; tokens carry the position ids the
 engine used. Everything here is derived from three padded tensors::
@@ -29,7 +29,7 @@ Scoring must also know *which logits predict which token*: the first token of a 
 predicted by the last token of the context its request saw (the shared prefix), not by the
 row's previous column (the end of the sibling branch). :func:`predictor_index` gives that
 index and :func:`structured_token_logprobs` gathers with it; for sequential rows both reduce
-to ``orchestrator.algo.token_logprobs``.
+to ``contract.algo.token_logprobs``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from orchestrator.batch import ExecutionRecord
+    from contract.batch import ExecutionRecord
 
 __all__ = [
     "BLOCK_SDPA",

@@ -29,7 +29,7 @@ def record_of(t: Trajectory, layout: str = "threadweaver") -> ExecutionRecord:
         raise ValueError(
             f"trajectory {t.uid}: its engine requests re-read their contexts as text (request executor, "
             "ExecutionRecord.reprefill), so a later branch saw only the prefix; one causal row cannot "
-            "express that: use learner.layout=structured (copies, orchestrator/reprefill.py) or threadweaver"
+            "express that: use learner.layout=structured (copies, layouts/reprefill.py) or threadweaver"
         )
     if len(rec.segment_ids) != len(t.prompt_ids) + len(t.response_ids):
         raise ValueError(

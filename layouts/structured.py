@@ -18,8 +18,8 @@ import torch
 from contract.batch import ExecutionRecord, SFTBatch, TrainBatch, Trajectory
 from layouts.masks import pack_records
 from layouts.pad import right_pad
-from layouts.reprefill import expand_reprefill
 from layouts.records import record_of
+from layouts.reprefill import expand_reprefill
 from layouts.teacher import teacher_record
 
 
@@ -41,7 +41,7 @@ def structured_sft_batch(
     *sample* (forced tags are written by the executor, never by the model) unless `loss_on_forced`.
     `reprefill`: the layout the request executor runs (rollout.executor.dispatch=requests, vLLM):
     the same segments and visibility, but every request re-reads its context as text, so the rows
-    are the text causally plus copies of later branches (orchestrator/reprefill.py).
+    are the text causally plus copies of later branches (layouts/reprefill.py).
     """
     rows, loss, records = [], [], []
     for p in problems:
@@ -68,7 +68,7 @@ def structured_train_batch(trajs: list[Trajectory], advantages: list[float], pad
 
     KV-executor and sequential records: the text-order row (``data.train_batch``'s) scored with
     the record's segment visibility and positions. Request-executor records (``reprefill``): the
-    text-order row, causal, then copies of the requests it cannot hold (orchestrator/reprefill.py).
+    text-order row, causal, then copies of the requests it cannot hold (layouts/reprefill.py).
     Trajectories without a record (plain sequential decoding) get the causal layout.
     """
     rows, loss, old, adv, records = [], [], [], [], []

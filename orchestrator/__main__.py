@@ -22,7 +22,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from orchestrator.config import ConfigError, register_configs, validate
+from contract.config import ConfigError, register_configs, validate
 
 register_configs()
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import LoggingConfig
+from contract.config import LoggingConfig
 
 
 class Timer:
@@ -61,12 +61,6 @@ class Logger:
             shown = {k.split("/")[-1]: metrics[k] for k in _CONSOLE_KEYS if k in metrics}
             self.bar.write(f"step {step:4d} " + " ".join(
                 f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
-
-    def log_table(self, name: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
-        """Sample generations, visible in W&B (users ask for them)."""
-        import wandb
-
-        self.run.log({name: wandb.Table(columns=columns, data=rows)}, step=step)
 
     def close(self, summary: dict[str, Any]) -> None:
         for k, v in summary.items():

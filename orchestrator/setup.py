@@ -16,7 +16,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors.group import BundleSpec, LearnerGroup, RewardActorGroup, RolloutGroup, reserve
 from actors.weight_sync import WeightSync, make_weight_sync
-from orchestrator.config import ClusterConfig, ParallaxConfig
+from contract.config import ClusterConfig, ParallaxConfig
 
 REPO_ROOT = str(Path(__file__).resolve().parents[1])
 
@@ -94,7 +94,7 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
     rollout = RolloutGroup(
         "rollout", RolloutWorker, r.num_actors, pg, off["rollout"], r.num_cpus, r.num_gpus,
         lambda i: {"cfg": r, "model_path": model_path, "dtype": cfg.model.dtype,
-                       "fmt": "parason" if cfg.data.trace == "parason" else "parallel_r1"}, prefix)
+                       "fmt": cfg.data.format}, prefix)
     reward = RewardActorGroup(
         "reward", RewardWorker, w.num_actors, pg, off["reward"], w.num_cpus, 0.0,
         lambda i: {"reward": w.name, "params": dict(w.params), "workers": 1, "timeout_s": w.timeout_s}, prefix)

@@ -16,21 +16,21 @@ from typing import Any
 
 import ray
 
+from contract import algo
+from contract.batch import Prompt, Trajectory
+from contract.config import ParallaxConfig
 from curricula import Curriculum, Stage
-from orchestrator import algo
-from orchestrator.batch import Prompt, Trajectory
+from layouts import Layout, get_layout
 from orchestrator.checkpoint import (
     find_resume_checkpoint,
     resolve_auto_run_dir,
     save_checkpoint,
     truncate_metrics,
 )
-from orchestrator.config import ParallaxConfig
-from orchestrator.data import StageStreams, load_problems, sft_batch, to_prompts, tokenizer_corpus
+from orchestrator.data import StageStreams, load_problems, to_prompts, tokenizer_corpus
 from orchestrator.logger import Logger, Timer
 from orchestrator.setup import Groups, build_groups, start_cluster
 from orchestrator.stage_table import format_table, in_table
-from orchestrator.structured import build_train_batch, structured_sft_batch
 
 
 def prepare_model(cfg: ParallaxConfig, run_dir: Path) -> str:
@@ -82,7 +82,7 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.fmt = "parason" if cfg.data.trace == "parason" else "parallel_r1"
+        self.fmt = cfg.data.format
         train, self.test = load_problems(cfg.data)
         self.train = train
         self.model_path = prepare_model(cfg, self.run_dir)
@@ -90,6 +90,8 @@ class Trainer:
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.curriculum: Curriculum = cfg.curriculum.build(cfg.reward)
+        # how trajectories and teacher traces become learner rows, chosen once (layouts/)
+        self.layout: Layout = get_layout(cfg.learner.layout, reprefill=cfg.rollout.dispatch == "requests")
         self.data = StageStreams(cfg.data, train, self.tokenizer, cfg.trainer.seed)
         for s in self.curriculum.stages:
             if s.steps:
@@ -150,7 +152,7 @@ class Trainer:
             with t("advantages"):
                 rewards = [r for group in scored.rewards for r in group]
                 adv = algo.grpo_advantages(rewards, [x.uid for x in trajs], self.cfg.learner.norm_adv_by_std)
-                batch = build_train_batch(self.cfg.learner.layout, trajs, adv, self.tokenizer.pad_token_id)
+                batch = self.layout.train_batch(trajs, adv, self.tokenizer.pad_token_id)
             with t("update"):
                 lr, wd = self._lr(stage)
                 stats = _mean_dicts(ray.get(g.learner.async_grpo_step(batch, lr, wd, self.cfg.rollout.temperature)))
@@ -167,11 +169,7 @@ class Trainer:
         t, g = Timer(), self.groups
         with t("step"):
             problems = self.data.next(stage, self._batch_size(stage))
-            if self.cfg.learner.layout == "structured":  # train the layout the executor will run
-                batch = structured_sft_batch(problems, self.cfg.data.trace, self.tokenizer, mode="executed",
-                                             reprefill=self.cfg.rollout.dispatch == "requests")
-            else:
-                batch = sft_batch(problems, self.cfg.data.trace, self.tokenizer)
+            batch = self.layout.sft_batch(problems, self.cfg.data.trace, self.tokenizer)  # the layout RL will score
             lr, wd = self._lr(stage)
             with t("update"):
                 stats = _mean_dicts(ray.get(g.learner.async_sft_step(batch, lr, wd)))
@@ -182,7 +180,7 @@ class Trainer:
                             t: Timer, greedy: bool = False):
         """Generate on every rollout actor; score each actor's groups as soon as its chunk returns,
         so scoring overlaps the generation still running elsewhere. Returns (trajectories, RewardBatch)."""
-        from actors.reward_worker import RewardBatch
+        from rewards.scorer import RewardBatch
 
         truth = {p.uid: p.ground_truth for p in prompts}
         spec = reward_spec(stage, self.cfg.reward, self.fmt)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orchestrator.batch import ExecutionRecord
+from contract.batch import ExecutionRecord
 
 
 @dataclass(eq=False)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from parallel.base import RowView
 from formats import SUBTASK, Trajectory, get_spec, render
+from parallel.base import RowView
 
 
 class Replay:

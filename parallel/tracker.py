@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from formats import FormatSpec, thread_header
+from formats import THREAD_HEADER_SEP, FormatSpec
 
 # Frame kinds.
 SEQ = "seq"  # free text: the main chain (depth 0) or a branch body (Thread / Path)

@@ -69,10 +69,10 @@ def run_goldcheck(
     data_dir: Path | str = DEFAULT_DATA_DIR, workers: int = 2, timeout_s: float = 20.0
 ) -> dict[str, Any]:
     """Counts per data set (see the module docstring) plus up to 5 failures of each kind."""
-    from actors.reward_worker import RewardWorker
+    from rewards.scorer import RewardScorer
 
     report: dict[str, Any] = {}
-    worker = RewardWorker("accuracy", workers=workers, timeout_s=timeout_s)
+    worker = RewardScorer("accuracy", workers=workers, timeout_s=timeout_s)
     mv_pool = TimeoutPool(slow_verify, workers=workers, timeout_s=timeout_s)
     try:
         for name, (style, golds) in load_golds(data_dir).items():

@@ -93,8 +93,8 @@ class Sample:
 
 @dataclass
 class GroupScore:
-    """Scores of one group: per-sample ``rewards``, binary ``correct`` (for dynamic-sampling
-    filters, never the shaped reward), named per-sample ``components`` for logging, and
+    """Scores of one group: per-sample ``rewards``, binary ``correct`` (accuracy metrics read it,
+    never the shaped reward), named per-sample ``components`` for logging, and
     ``errors`` counted by reason."""
 
     rewards: list[float]

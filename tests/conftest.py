@@ -24,7 +24,7 @@ def ray_cluster():
     """One local Ray cluster for every Ray test (starting one costs ~7 s)."""
     import ray
 
-    from orchestrator.config import ClusterConfig
+    from contract.config import ClusterConfig
     from orchestrator.setup import start_cluster
 
     start_cluster(ClusterConfig(num_cpus=4, include_dashboard=False))

@@ -14,15 +14,25 @@ format module is the contract; nothing here spells a tag).  Examples for ``3*4+5
 the merge states the winner.
 
 Thread headers: every Parason ``<Thread>`` opens with its outline entry and a newline
-(``actors.executor_format.thread_header``), the text the parallel executor force-writes there so
+(``parallel.tracker.thread_header``), the text the parallel executor force-writes there so
 that each executed thread knows which entry it serves. Teacher traces carry it so SFT teaches
-threads to continue from it (and ``orchestrator.structured`` marks it forced, out of the loss).
+threads to continue from it (and ``layouts.structured`` marks it forced, out of the loss).
 """
 
 from __future__ import annotations
 
-from actors.executor_format import thread_header
-from formats import PARALLEL_R1, PARASON, PATH, SUBTASK, TRIAL, Block, FormatSpec, Trajectory, render
+from formats import (
+    PARALLEL_R1,
+    PARASON,
+    PATH,
+    SUBTASK,
+    TRIAL,
+    Block,
+    FormatSpec,
+    Trajectory,
+    render,
+    thread_header,
+)
 from formats import Branch as FormatBranch
 from toyworld.problem import Solution
 

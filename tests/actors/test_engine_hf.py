@@ -1,14 +1,15 @@
-"""HF engine: plain batched sampling stays the fast default; `execute` runs the parallel executor."""
+"""HF engine: plain batched sampling stays the fast default; the KV executor runs over its model."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from actors.engine import make_engine
-from actors.executor import ExecutorConfig
+from contract.batch import SamplingParams
+from contract.config import ExecutorConfig
+from engines import make_engine
 from formats import parse
-from orchestrator.batch import SamplingParams
+from parallel.kv import KVExecutor
 
 
 @pytest.fixture(scope="module")
@@ -27,22 +28,23 @@ def test_generate_is_reproducible_and_reports_logprobs(engine):
         assert c.finish_reason in ("stop", "length")
 
 
-def test_execute_runs_both_modes_with_grammar_and_sees_weight_updates(engine):
+def test_kv_executor_runs_both_modes_with_grammar_and_sees_weight_updates(engine):
     tok = engine.tokenizer
     prompts = [tok.encode(f"Q: {i}+1\nA:") for i in range(3)]
     params = SamplingParams(max_new_tokens=30, seed=0)
     for mode in ("executed", "sequential"):
-        cfg = ExecutorConfig(format="parallel_r1", mode=mode, grammar=True, max_branch_tokens=6)
-        out = engine.execute(prompts, params, cfg)
+        cfg = ExecutorConfig(mode=mode, grammar=True, max_branch_tokens=6)
+        out = KVExecutor.from_engine(engine, cfg, "parallel_r1").run(prompts, params)
         assert len(out) == 3
         for e in out:
             assert parse(tok.decode(e.token_ids, skip_special_tokens=False).removesuffix(tok.eos_token),
                          "parallel_r1").ok
             assert len(e.record.sampled) == len(e.record.position_ids) == len(e.token_ids) + len(prompts[0])
-    cfg = ExecutorConfig(format="parason", mode="executed")
-    before = [e.logprobs for e in engine.execute(prompts, params, cfg)]
+    cfg = ExecutorConfig(mode="executed")
+    ex = KVExecutor.from_engine(engine, cfg, "parason")
+    before = [e.logprobs for e in ex.run(prompts, params)]
     sd = engine.parameters_dict()
     engine.load_weights({k: v * 1.5 if k.endswith("norm.weight") else v for k, v in sd.items()})
-    after = [e.logprobs for e in engine.execute(prompts, params, cfg)]
+    after = [e.logprobs for e in ex.run(prompts, params)]
     engine.load_weights(sd)
-    assert before != after  # the cached executor shares the engine's model
+    assert before != after  # the executor shares the engine's model

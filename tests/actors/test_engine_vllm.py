@@ -14,7 +14,7 @@ if not torch.cuda.is_available():
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_path):
-    from actors.engine import make_engine
+    from engines.base import make_engine
 
     return make_engine("vllm", model_path=tiny_model_path, dtype="float32", max_batch_size=8,
                        gpu_memory_utilization=0.2)
@@ -23,7 +23,7 @@ def engine(tiny_model_path):
 def test_vllm_logprobs_match_hf_forward(engine, tiny_model_path):
     from transformers import AutoModelForCausalLM
 
-    from orchestrator.batch import SamplingParams
+    from contract.batch import SamplingParams
 
     tok = engine.tokenizer
     prompts = [tok.encode("Q: 3*4+5*6\nA:"), tok.encode("Q: 1+2\nA:")]
@@ -38,8 +38,8 @@ def test_vllm_logprobs_match_hf_forward(engine, tiny_model_path):
 
 
 def test_vllm_structured_outputs_follow_the_format(engine):
+    from contract.batch import SamplingParams
     from formats import ebnf, parse
-    from orchestrator.batch import SamplingParams
 
     tok = engine.tokenizer
     out = engine.generate([tok.encode("Q: 1\nA:")] * 4, SamplingParams(max_new_tokens=200, seed=0),
@@ -53,7 +53,7 @@ def test_vllm_structured_outputs_follow_the_format(engine):
 def test_vllm_weight_sync_changes_outputs(engine, tiny_model_path):
     from transformers import AutoModelForCausalLM
 
-    from orchestrator.batch import SamplingParams
+    from contract.batch import SamplingParams
 
     tok = engine.tokenizer
     params = SamplingParams(max_new_tokens=8, greedy=True)
@@ -71,14 +71,14 @@ def test_vllm_executed_mode_rows_reproduce_its_logprobs(engine, tiny_model_path,
     transformers forward, give every sampled token the logprob vLLM reported."""
     from transformers import AutoModelForCausalLM
 
-    from actors.executor import ExecutorConfig
-    from actors.executor_requests import RequestExecutor
-    from orchestrator import algo
-    from orchestrator.batch import SamplingParams, Trajectory
-    from orchestrator.structured import build_train_batch
+    from contract import algo
+    from contract.batch import SamplingParams, Trajectory
+    from contract.config import ExecutorConfig
+    from layouts import build_train_batch
+    from parallel.requests import RequestExecutor
 
     tok = engine.tokenizer
-    rx = RequestExecutor(engine, tok, ExecutorConfig(format=fmt, mode="executed", max_branch_tokens=32))
+    rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", max_branch_tokens=32), fmt)
     prompts = [tok.encode("Q: 3*4+5*6\nA:")] * 8
     res = rx.run(prompts, SamplingParams(max_new_tokens=96, temperature=1.0, seed=3))
     trajs = [Trajectory(str(i), p, r.token_ids, r.logprobs, r.finish_reason, "", r.record)
@@ -98,18 +98,18 @@ def test_vllm_executed_mode_under_request_grammars(engine, tiny_model_path, fmt)
     """Executed mode + grammar on vLLM: each request carries the grammar of what it writes (structured
     outputs per request), every trajectory parses, and the learner's structured rows reproduce vLLM's
     logprobs. If vLLM reported logprobs after the grammar mask (renormalised), the last check fails:
-    our convention is the model's unmasked log p(t) (actors/grammar_processor.py)."""
+    our convention is the model's unmasked log p(t) (engines/grammar.py)."""
     from transformers import AutoModelForCausalLM
 
-    from actors.executor import ExecutorConfig
-    from actors.executor_requests import RequestExecutor
     from actors.learner import score_logprobs
+    from contract.batch import SamplingParams, Trajectory
+    from contract.config import ExecutorConfig
     from formats import parse
-    from orchestrator.batch import SamplingParams, Trajectory
-    from orchestrator.structured import build_train_batch
+    from layouts import build_train_batch
+    from parallel.requests import RequestExecutor
 
     tok = engine.tokenizer
-    rx = RequestExecutor(engine, tok, ExecutorConfig(format=fmt, mode="executed", grammar=True, max_branch_tokens=32))
+    rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", grammar=True, max_branch_tokens=32), fmt)
     prompts = [tok.encode("Q: 3*4+5*6\nA:")] * 8
     res = rx.run(prompts, SamplingParams(max_new_tokens=128, temperature=1.0, seed=4))
     texts = [tok.decode(r.token_ids, skip_special_tokens=False).removesuffix(tok.eos_token) for r in res]

@@ -1,6 +1,6 @@
 """Parallel executor: fork/join structure, records, caps, and executed == sequential on a replayed script.
 
-A random tiny model is driven by `actors.executor_replay.Replay`, a logits processor that makes
+A random tiny model is driven by `parallel.replay.Replay`, a logits processor that makes
 each request emit the tokens of a known script (the model, KV cache, batching, positions and
 record are all real). Scripts are teacher traces from toyworld or hand-built `formats` trees
 (with Parason thread headers, which the executor forces), split per request role by `role_scripts`.
@@ -12,11 +12,21 @@ import pytest
 import torch
 
 import toyworld
-from actors.executor import ExecutorConfig, ParallelExecutor
-from actors.executor_format import thread_header, with_thread_headers
-from actors.executor_replay import Replay, role_scripts
-from formats import SUBTASK, TRIAL, Block, Branch, Trajectory, parse, render
-from orchestrator.batch import ExecutionRecord, SamplingParams
+from contract.batch import ExecutionRecord, SamplingParams
+from contract.config import ExecutorConfig
+from formats import (
+    SUBTASK,
+    TRIAL,
+    Block,
+    Branch,
+    Trajectory,
+    parse,
+    render,
+    thread_header,
+    with_thread_headers,
+)
+from parallel.kv import KVExecutor
+from parallel.replay import Replay, role_scripts
 
 
 def run(model, tok, trees, fmt, mode, prompts=None, max_new_tokens=200, **cfg):
@@ -25,7 +35,7 @@ def run(model, tok, trees, fmt, mode, prompts=None, max_new_tokens=200, **cfg):
         scripts = [role_scripts(t, fmt, tok) for t in trees]
     else:
         scripts = [{(): tok.encode(render(t, fmt), add_special_tokens=False)} for t in trees]
-    ex = ParallelExecutor(model, tok, ExecutorConfig(format=fmt, mode=mode, **cfg), Replay(scripts, tok.eos_token_id))
+    ex = KVExecutor(model, tok, ExecutorConfig(mode=mode, **cfg), fmt, Replay(scripts, tok.eos_token_id))
     prompts = prompts or [tok.encode("Q: 3*4+5*6\nA:")] * len(trees)
     res = ex.run(prompts, SamplingParams(max_new_tokens=max_new_tokens, seed=0))
     return [tok.decode(r.token_ids, skip_special_tokens=False) for r in res], res
@@ -121,7 +131,7 @@ def test_engine_logprobs_equal_a_forward_pass_over_the_record(lm, fmt, mode):
     trees = trees * 2
     scripts = [role_scripts(t, fmt, tok) if mode == "executed" else
                {(): tok.encode(render(t, fmt), add_special_tokens=False)} for t in trees]
-    ex = ParallelExecutor(model, tok, ExecutorConfig(format=fmt, mode=mode), Replay(scripts, tok.eos_token_id))
+    ex = KVExecutor(model, tok, ExecutorConfig(mode=mode), fmt, Replay(scripts, tok.eos_token_id))
     prompts = [tok.encode("Q: 3*4+5*6\nA:"), tok.encode("Q: 1+2\nA:")]  # different lengths: left padding
     res = ex.run(prompts, SamplingParams(max_new_tokens=200, seed=0, temperature=1.0))
     with torch.no_grad():
@@ -190,7 +200,7 @@ def test_eos_inside_a_branch_closes_that_branch(lm):
             full = tok.encode(render(tree, "parason"), add_special_tokens=False)
             cut = full.index(tok.convert_tokens_to_ids("<Thread>"))
             scripts = {(): full[:cut + keep] + [eos] + full[cut + keep:]}
-        ex = ParallelExecutor(model, tok, ExecutorConfig(mode=mode), Replay([scripts], eos))
+        ex = KVExecutor(model, tok, ExecutorConfig(mode=mode), "parason", Replay([scripts], eos))
         [r] = ex.run([tok.encode("Q: 1\nA:")], SamplingParams(max_new_tokens=200))
         texts.append(tok.decode(r.token_ids, skip_special_tokens=False))
         assert r.finish_reason == "stop"
@@ -203,8 +213,8 @@ def test_bad_input_is_refused(lm):
     with pytest.raises(ValueError, match="mode"):
         ExecutorConfig(mode="speculative")
     with pytest.raises(ValueError, match="num_paths"):
-        ExecutorConfig(num_paths=9, max_branches=8)
-    ex = ParallelExecutor(model, tok, ExecutorConfig())
+        ExecutorConfig(mode="executed", num_paths=9, max_branches=8)
+    ex = KVExecutor(model, tok, ExecutorConfig(mode="executed"))
     with pytest.raises(ValueError, match="prompt"):
         ex.run([[]], SamplingParams())
 
@@ -218,7 +228,7 @@ def test_tags_must_be_single_tokens(lm):
         plain.backend_tokenizer.to_str().replace('"<Outlines>"', '"<OutlinesX>"')), eos_token=plain.eos_token,
         pad_token=plain.pad_token)
     with pytest.raises(ValueError, match="one added token"):
-        ParallelExecutor(model, plain, ExecutorConfig())
+        KVExecutor(model, plain, ExecutorConfig(mode="executed"))
 
 
 @pytest.mark.gpu

@@ -1,7 +1,7 @@
 """Parason thread headers: each executed thread is told which outline entry it serves.
 
 The executor forces, after the k-th `<Thread>` of a block, the tokens of outline entry k and a
-newline (`actors.executor_format.thread_header`). Checked here on the real executor and a random
+newline (`parallel.tracker.thread_header`). Checked here on the real executor and a random
 tiny model: the headers are there and distinct, forced (no logprob, out of the loss), identical in
 executed and sequential mode, accepted by the grammar, and the learner's structured logprobs still
 equal the engine's with them in the context.
@@ -13,12 +13,12 @@ import pytest
 import torch
 
 import toyworld
-from actors import masks
-from actors.executor import ExecutorConfig, ParallelExecutor
-from actors.executor_format import THREAD_HEADER_SEP, thread_header
-from actors.executor_replay import Replay, role_scripts, sequential_script
-from formats import parse
-from orchestrator.batch import SamplingParams, Trajectory
+from contract.batch import SamplingParams, Trajectory
+from contract.config import ExecutorConfig
+from formats import THREAD_HEADER_SEP, parse, thread_header
+from layouts import masks
+from parallel.kv import KVExecutor
+from parallel.replay import Replay, role_scripts, sequential_script
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +61,8 @@ def greedy_threads(lm, prob, headers: bool):
     model, tok = lm
     tree = parse(prob.traces["parason"], "parason").tree
     main = {(): role_scripts(tree, "parason", tok)[()]}
-    cfg = ExecutorConfig(format="parason", mode="executed", max_depth=1, max_branch_tokens=10,
-                         thread_headers=headers)
-    ex = ParallelExecutor(model, tok, cfg, MainOnly([main], tok.eos_token_id))
+    cfg = ExecutorConfig(mode="executed", max_depth=1, max_branch_tokens=10, thread_headers=headers)
+    ex = KVExecutor(model, tok, cfg, "parason", MainOnly([main], tok.eos_token_id))
     [r] = ex.run([tok.encode(prob.prompt)], SamplingParams(max_new_tokens=200, greedy=True))
     return tree.nodes[0].branches, r
 
@@ -100,7 +99,7 @@ def run_replay(lm, probs, mode: str, grammar: bool = False):
     trees = [parse(p.traces["parason"], "parason").tree for p in probs]
     scripts = [role_scripts(t, "parason", tok) if mode == "executed" else sequential_script(t, "parason", tok)
                for t in trees]
-    ex = ParallelExecutor(model, tok, ExecutorConfig(format="parason", mode=mode, grammar=grammar),
+    ex = KVExecutor(model, tok, ExecutorConfig(mode=mode, grammar=grammar), "parason",
                           Replay(scripts, tok.eos_token_id))
     prompts = [tok.encode(p.prompt) for p in probs]
     return prompts, ex.run(prompts, SamplingParams(max_new_tokens=200, temperature=0.9, seed=0)), ex
@@ -122,7 +121,7 @@ def test_both_modes_write_and_force_the_same_headers(lm, problems):
 
 
 def test_headers_are_grammar_valid_and_learner_scores_the_engine_exactly(lm, problems):
-    from orchestrator.structured import build_train_batch
+    from layouts import build_train_batch
 
     model, tok = lm
     prompts, runs, ex = run_replay(lm, problems, "executed", grammar=True)

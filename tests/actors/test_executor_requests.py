@@ -1,4 +1,4 @@
-"""Request executor (actors/executor_requests.py): the parallel formats over whole engine requests.
+"""Request executor (parallel/requests.py): the parallel formats over whole engine requests.
 
 The real hf engine stands in at vLLM's boundary (`Engine.generate` with per-request limits and
 stop tokens); `Replay`, passed down as an engine-level processor, makes each request write a
@@ -13,22 +13,22 @@ import torch
 from test_executor import LONG, nested_tree
 
 import toyworld
-from actors.engine import _ENGINES, register_engine
-from actors.executor import ExecutorConfig, ParallelExecutor
-from actors.executor_replay import Replay, role_scripts, sequential_script
-from actors.executor_requests import MAX_REDRAWS, RequestExecutor
-from actors.hf_engine import HFEngine
 from actors.rollout import RolloutWorker
+from contract import algo
+from contract.batch import Completion, Prompt, SamplingParams, Trajectory
+from contract.config import ExecutorConfig, RolloutConfig
+from engines import ENGINES
+from engines.hf import HFEngine
 from formats import parse, render
-from orchestrator import algo
-from orchestrator.batch import Completion, Prompt, SamplingParams, Trajectory
-from orchestrator.config import ExecutorSettings, RolloutConfig
-from orchestrator.structured import build_train_batch
+from layouts import build_train_batch
+from parallel.kv import KVExecutor
+from parallel.replay import Replay, role_scripts, sequential_script
+from parallel.requests import MAX_REDRAWS, RequestExecutor
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_path):
-    from actors.hf_engine import HFEngine
+    from engines.hf import HFEngine
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -43,10 +43,10 @@ def scripts_for(trees, fmt, mode, tok):
 def both(engine, trees, fmt, mode, prompts, max_new_tokens=200, **cfg):
     """(request executor, its results, KV executor results) for the same replayed scripts."""
     tok = engine.tokenizer
-    config = ExecutorConfig(format=fmt, mode=mode, **cfg)
+    config = ExecutorConfig(mode=mode, **cfg)
     params = SamplingParams(max_new_tokens=max_new_tokens, seed=0)
-    rx = RequestExecutor(engine, tok, config, Replay(scripts_for(trees, fmt, mode, tok), tok.eos_token_id))
-    kv = ParallelExecutor(engine.model, tok, config, Replay(scripts_for(trees, fmt, mode, tok), tok.eos_token_id))
+    rx = RequestExecutor(engine, tok, config, fmt, Replay(scripts_for(trees, fmt, mode, tok), tok.eos_token_id))
+    kv = KVExecutor(engine.model, tok, config, fmt, Replay(scripts_for(trees, fmt, mode, tok), tok.eos_token_id))
     return rx, rx.run(prompts, params), kv.run(prompts, params)
 
 
@@ -96,7 +96,7 @@ def test_nested_blocks_and_or_join_over_requests(engine):
 
 def reprefill_rows(engine, trees, fmt, prompts):
     tok = engine.tokenizer
-    rx = RequestExecutor(engine, tok, ExecutorConfig(format=fmt, mode="executed"),
+    rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed"), fmt,
                          Replay(scripts_for(trees, fmt, "executed", tok), tok.eos_token_id))
     res = rx.run(prompts, SamplingParams(max_new_tokens=200, seed=0, temperature=1.0))
     return [Trajectory(str(i), p, r.token_ids, r.logprobs, r.finish_reason, text(tok, r), r.record)
@@ -115,7 +115,7 @@ def learner_logprobs(model, batch) -> torch.Tensor:
 def test_request_records_reproduce_the_engine_logprobs_in_both_exact_layouts(engine, fmt):
     """The learner issue's check, for the request executor. threadweaver: one causal row per engine
     request. structured: one row per trajectory, the text causally plus copies of the requests that
-    saw less than the text before them (orchestrator/reprefill.py), scored through the masked path."""
+    saw less than the text before them (layouts/reprefill.py), scored through the masked path."""
     tok = engine.tokenizer
     if fmt == "parason":
         trees = [nested_tree(), nested_tree()]
@@ -174,8 +174,8 @@ def test_eos_inside_a_branch_closes_only_that_branch(engine):
     scripts[(0, 0)] = scripts[(0, 0)][:5] + [eos]
     cfg = ExecutorConfig(mode="executed")
     prompts, params = [tok.encode("Q: 1\nA:")], SamplingParams(max_new_tokens=200)
-    [a] = RequestExecutor(engine, tok, cfg, Replay([dict(scripts)], eos)).run(prompts, params)
-    [b] = ParallelExecutor(engine.model, tok, cfg, Replay([dict(scripts)], eos)).run(prompts, params)
+    [a] = RequestExecutor(engine, tok, cfg, "parason", Replay([dict(scripts)], eos)).run(prompts, params)
+    [b] = KVExecutor(engine.model, tok, cfg, "parason", Replay([dict(scripts)], eos)).run(prompts, params)
     assert text(tok, a) == text(tok, b) and text(tok, a).count(tok.eos_token) == 1
     assert a.finish_reason == "stop" and parse(text(tok, a).removesuffix(tok.eos_token), "parason").ok
 
@@ -218,7 +218,7 @@ def test_each_request_gets_the_grammar_of_what_it_writes(engine, fmt, mode):
             seen.extend(kw["grammar"])
             return engine.generate(prompts, params, **kw)
 
-    rx = RequestExecutor(Recording(), tok, ExecutorConfig(format=fmt, mode=mode, grammar=True, num_paths=2),
+    rx = RequestExecutor(Recording(), tok, ExecutorConfig(mode=mode, grammar=True, num_paths=2), fmt,
                          Replay(scripts_for(trees, fmt, mode, tok), tok.eos_token_id))
     res = rx.run([tok.encode(p.prompt) for p in probs], SamplingParams(max_new_tokens=200, seed=0))
     assert [text(tok, r) for r in res] == [p.traces[fmt] + tok.eos_token for p in probs]
@@ -239,8 +239,8 @@ def test_free_sampling_under_request_grammars_parses_and_scores_exactly(engine, 
     spells tags in pieces (`<`, `Outlin`, `es>`), which the engine's string grammar lets through: those
     draws are cut and redrawn, and requests resumed inside an outline get the outline's grammar."""
     tok = engine.tokenizer
-    cfg = ExecutorConfig(format=fmt, mode="executed", grammar=True, max_branch_tokens=24, max_depth=2)
-    tags = torch.tensor(sorted(RequestExecutor(engine, tok, cfg).tags.ids.values()))
+    cfg = ExecutorConfig(mode="executed", grammar=True, max_branch_tokens=24, max_depth=2)
+    tags = torch.tensor(sorted(RequestExecutor(engine, tok, cfg, fmt).tags.ids.values()))
 
     def fork_often(views, x):
         x = x.clone()
@@ -261,10 +261,10 @@ def test_free_sampling_under_request_grammars_parses_and_scores_exactly(engine, 
 
 
 def test_a_tag_spelled_in_pieces_is_cut_where_the_spelling_starts(engine):
-    from actors.executor_requests import _Traj
+    from parallel.requests import _Traj
 
     tok = engine.tokenizer
-    rx = RequestExecutor(engine, tok, ExecutorConfig(format="parason", grammar=True))
+    rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", grammar=True), "parason")
     rx._params, rx._next_request, rx._reqs = SamplingParams(), 0, []
     head, pieces = tok.encode("ab cd", add_special_tokens=False), tok.encode(" <Outl", add_special_tokens=False)
     rest = tok.encode("ines> x", add_special_tokens=False)
@@ -280,12 +280,12 @@ def test_a_tag_spelled_in_pieces_is_cut_where_the_spelling_starts(engine):
 
 def test_bad_engines_and_configs_are_refused(engine):
     tok = engine.tokenizer
-    rx = RequestExecutor(DropsStopTokens(engine), tok, ExecutorConfig(format="parason"),
+    rx = RequestExecutor(DropsStopTokens(engine), tok, ExecutorConfig(mode="executed"), "parason",
                          Replay([role_scripts(nested_tree(), "parason", tok)], tok.eos_token_id))
     with pytest.raises(RuntimeError, match="stop token"):
         rx.run([tok.encode("Q: 1\nA:")], SamplingParams(max_new_tokens=50))
     with pytest.raises(ValueError, match="prompt"):
-        RequestExecutor(engine, tok, ExecutorConfig()).run([[]], SamplingParams())
+        RequestExecutor(engine, tok, ExecutorConfig(mode="executed")).run([[]], SamplingParams())
 
 
 def test_hf_engine_per_request_limits(engine):
@@ -306,9 +306,8 @@ def test_hf_engine_per_request_limits(engine):
 
 class _WholeRequests(HFEngine):
     """vLLM's boundary (it cannot run here): an engine that only takes whole requests. Decodes with the
-    real hf engine, records what each call asked for, and has no `execute` (no KV executor)."""
+    real hf engine, records what each call asked for, and is not the hf engine (no KV executor)."""
 
-    execute = None
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -319,15 +318,14 @@ class _WholeRequests(HFEngine):
         return super().generate(prompts, params, limits=limits, processor=processor)
 
 
-if "whole_requests_probe" not in _ENGINES:
-    register_engine("whole_requests_probe")(_WholeRequests)
+ENGINES.setdefault("whole_requests_probe", f"{__name__}:_WholeRequests")  # a test engine, by name like the real ones
 
 
 def test_rollout_worker_runs_executed_mode_on_an_engine_without_kv_control(tiny_model_path):
     """`rollout.executor.dispatch=auto` on a non-hf engine (vLLM's case): the worker drives the engine
     through the request executor, and its trajectories build the threadweaver batch."""
     cfg = RolloutConfig(engine="whole_requests_probe", max_new_tokens=24, torch_threads=1,
-                        executor=ExecutorSettings(mode="executed", max_branch_tokens=8))
+                        executor=ExecutorConfig(mode="executed", max_branch_tokens=8))
     worker = RolloutWorker(cfg, tiny_model_path, fmt="parallel_r1")
     tok = worker.tokenizer
     prompt = Prompt(uid="p0", text="Q: 3+4\nA:", token_ids=tok.encode("Q: 3+4\nA:"), ground_truth="7")
@@ -349,14 +347,14 @@ def test_sft_on_teacher_traces_trains_the_layout_the_request_executor_runs(engin
     """Cold-start SFT with dispatch requests (`structured_sft_batch(..., reprefill=True)`) builds, from the
     teacher trace alone, the very rows, positions, visibility and loss the learner builds from the request
     executor's own records when it samples that trace."""
-    from orchestrator.structured import structured_sft_batch
+    from layouts.structured import structured_sft_batch
 
     tok = engine.tokenizer
     train, _ = toyworld.make_splits(4, 1, seed=3, difficulty=1, family="mixed")
     probs = train[:2]
     trees = [parse(p.traces[fmt], fmt).tree for p in probs]
     prompts = [tok(p.prompt, add_special_tokens=False)["input_ids"] for p in probs]
-    rx = RequestExecutor(engine, tok, ExecutorConfig(format=fmt, mode="executed"),
+    rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed"), fmt,
                          Replay(scripts_for(trees, fmt, "executed", tok), tok.eos_token_id))
     res = rx.run(prompts, SamplingParams(max_new_tokens=300, seed=0))
     trajs = [Trajectory(str(i), p, r.token_ids, r.logprobs, r.finish_reason, text(tok, r), r.record)
@@ -383,7 +381,7 @@ def test_every_trajectory_cap_finishes_cleanly_when_eos_and_a_banned_tag_meet_it
     scripts[(0, 1)] = scripts[(0, 1)][:3] + tok.encode(" aaa", add_special_tokens=False) + \
         [tok.convert_tokens_to_ids("<Parallel>")] + scripts[(0, 1)][3:]
     for cap in range(8, 40):
-        rx = RequestExecutor(engine, tok, ExecutorConfig(format="parason", max_depth=1), Replay([dict(scripts)], eos))
+        rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", max_depth=1), "parason", Replay([dict(scripts)], eos))
         [r] = rx.run([tok.encode("Q: 1\nA:")], SamplingParams(max_new_tokens=cap, seed=0))
         assert parse(text(tok, r).removesuffix(tok.eos_token), "parason").ok, cap
 
@@ -392,7 +390,7 @@ def test_greedy_spelled_tag_keeps_the_tokens_before_it(engine):
     tok = engine.tokenizer
     head = tok.encode("aaa", add_special_tokens=False) + [tok.convert_tokens_to_ids("<Parallel>")]
     spelled = tok.encode(" <Outl", add_special_tokens=False) + tok.encode("ines>", add_special_tokens=False)
-    rx = RequestExecutor(engine, tok, ExecutorConfig(format="parason", grammar=True),
+    rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", grammar=True), "parason",
                          Replay([{(): head + spelled}], tok.eos_token_id))
     [r] = rx.run([tok.encode("Q: 1\nA:")], SamplingParams(max_new_tokens=40, greedy=True))
     assert r.token_ids[: len(head)] == head and rx.redraws == 1  # cut at ' <Outl', the rest closed by the executor
@@ -436,12 +434,12 @@ class _ExtraEos:
 def test_an_engine_that_stops_short_or_on_its_own_eos_ids_ends_trajectories_cleanly(engine):
     tok = engine.tokenizer
     tree = nested_tree()
-    short = RequestExecutor(_StopsShort(engine), tok, ExecutorConfig(format="parason"),
+    short = RequestExecutor(_StopsShort(engine), tok, ExecutorConfig(mode="executed"), "parason",
                             Replay([role_scripts(tree, "parason", tok)], tok.eos_token_id))
     [r] = short.run([tok.encode("Q: 1\nA:")], SamplingParams(max_new_tokens=200))
     assert r.finish_reason == "length" and parse(text(tok, r), "parason").ok  # closed as a cap, no endless retry
     done = tok.encode(" done", add_special_tokens=False)[-1]
     script = tok.encode("Go. ok", add_special_tokens=False) + [done] + tok.encode(" more", add_special_tokens=False)
-    rx = RequestExecutor(_ExtraEos(engine, done), tok, ExecutorConfig(format="parason"), Replay([{(): script}], -1))
+    rx = RequestExecutor(_ExtraEos(engine, done), tok, ExecutorConfig(mode="executed"), "parason", Replay([{(): script}], -1))
     [r] = rx.run([tok.encode("Q: 1\nA:")], SamplingParams(max_new_tokens=50))
     assert r.finish_reason == "stop" and r.token_ids[-1] == done  # the engine's own EOS id ends the trajectory

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from actors.executor import ExecutorConfig, ParallelExecutor
-from actors.grammar_processor import GrammarMasker
+from contract.batch import SamplingParams
+from contract.config import ExecutorConfig
+from engines.grammar import GrammarMasker
 from formats import parse
-from orchestrator.batch import SamplingParams
+from parallel.kv import KVExecutor
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def lm(tiny_model_path):
                                       ("parallel_r1", "executed"), ("parallel_r1", "sequential")])
 def test_random_model_under_grammar_writes_valid_traces(lm, fmt, mode):
     model, tok = lm
-    ex = ParallelExecutor(model, tok, ExecutorConfig(format=fmt, mode=mode, grammar=True, max_branch_tokens=10))
+    ex = KVExecutor(model, tok, ExecutorConfig(mode=mode, grammar=True, max_branch_tokens=10), fmt)
     prompts = [tok.encode(f"Q: {i}*7+2\nA:") for i in range(6)]
     res = ex.run(prompts, SamplingParams(max_new_tokens=48, seed=4, temperature=1.0))
     for r in res:

@@ -15,9 +15,10 @@ import math
 import pytest
 import torch
 
-from actors.executor import ExecutorConfig, ParallelExecutor
-from actors.grammar_processor import GrammarMasker
-from orchestrator.batch import SamplingParams
+from contract.batch import SamplingParams
+from contract.config import ExecutorConfig
+from engines.grammar import GrammarMasker
+from parallel.kv import KVExecutor
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,7 @@ class FixedLogits:
 def first_tokens(lm, logits: torch.Tensor, n: int, speculative: bool, greedy: bool = False):
     """The first response token of `n` trajectories drawn under the grammar, and the executor."""
     model, tok = lm
-    ex = ParallelExecutor(model, tok, ExecutorConfig(format="parason", mode="sequential", grammar=True),
+    ex = KVExecutor(model, tok, ExecutorConfig(mode="sequential", grammar=True), "parason",
                           FixedLogits(logits))
     ex.speculative_grammar = speculative
     res = ex.run([tok.encode("A:")] * n, SamplingParams(max_new_tokens=1, seed=7, greedy=greedy))
@@ -109,8 +110,7 @@ def test_greedy_takes_the_best_valid_token(lm):
 
 def test_sampled_tokens_of_a_random_model_are_all_allowed_by_the_mask(lm, masker):
     model, tok = lm
-    ex = ParallelExecutor(model, tok, ExecutorConfig(format="parason", mode="sequential", grammar=True,
-                                                     max_branch_tokens=12))
+    ex = KVExecutor(model, tok, ExecutorConfig(mode="sequential", grammar=True, max_branch_tokens=12), "parason")
     res = ex.run([tok.encode(f"Q: {i}+3\nA:") for i in range(8)], SamplingParams(max_new_tokens=60, seed=11))
     assert ex.grammar.checks > 0 and ex.grammar.calls > 0  # both paths ran
     n_sampled = 0

@@ -11,12 +11,12 @@ pytestmark = pytest.mark.slow
 
 def test_grpo_step_follows_advantage_sign(tiny_model_path):
     import toyworld
-    from actors.hf_engine import HFEngine
     from actors.learner import LearnerWorker
-    from orchestrator import algo
-    from orchestrator.batch import SamplingParams, Trajectory
-    from orchestrator.config import LearnerConfig
-    from orchestrator.data import train_batch
+    from contract import algo
+    from contract.batch import SamplingParams, Trajectory
+    from contract.config import LearnerConfig
+    from engines.hf import HFEngine
+    from layouts.causal import train_batch
 
     engine = HFEngine(tiny_model_path)
     tok = engine.tokenizer
@@ -45,11 +45,11 @@ def test_recomputed_old_logprobs_replace_the_engines(tiny_model_path):
     """learner.recompute_old_logprobs: the PPO ratio's denominator is the learner's own score of the
     batch (the engine's numbers only feed actor/engine_logprob_gap). Engine logprobs that are off by
     0.3 per token (as a bf16 or grammar-masked engine's could be) then do not bias the first ratio."""
-    from actors.hf_engine import HFEngine
     from actors.learner import LearnerWorker
-    from orchestrator.batch import SamplingParams, Trajectory
-    from orchestrator.config import LearnerConfig
-    from orchestrator.data import train_batch
+    from contract.batch import SamplingParams, Trajectory
+    from contract.config import LearnerConfig
+    from engines.hf import HFEngine
+    from layouts.causal import train_batch
 
     engine = HFEngine(tiny_model_path)
     tok = engine.tokenizer
@@ -69,3 +69,30 @@ def test_recomputed_old_logprobs_replace_the_engines(tiny_model_path):
     cfg.recompute_old_logprobs = False
     off = learner.grpo_step(batch, int(batch.response_mask.sum()), len(batch), lr=1e-6)
     assert abs(off["actor/ppo_kl"]) > 0.2 and "actor/engine_logprob_gap" not in off  # the engine's numbers
+
+
+def _sft_grad_norm(tiny_model_path, zero_stage: int) -> float:
+    from transformers import AutoTokenizer
+
+    import toyworld
+    from actors.learner import LearnerWorker
+    from contract.config import LearnerConfig
+    from layouts.causal import sft_batch
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    batch = sft_batch(toyworld.make_splits(8, 1, 0, 1)[0], "parallel_r1", tok)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # micro-batches of 4: the norm must be the accumulated gradient's, at the boundary
+    learner = LearnerWorker(LearnerConfig(micro_batch_size=4, torch_threads=1, zero_stage=zero_stage),
+                            tiny_model_path, "float32", 0, 1, "127.0.0.1", port, seed=0)
+    return learner.sft_step(batch, int(batch.loss_mask.sum()), lr=1e-4)["sft/grad_norm"]
+
+
+def test_grad_norm_is_reported_at_zero_stage_0(tiny_model_path):
+    """DeepSpeed reports no gradient norm at ZeRO-0 (it was logged as 0.0): the learner computes it,
+    and it equals ZeRO-1's for the same batch and weights (both before clipping)."""
+    at0, at1 = _sft_grad_norm(tiny_model_path, 0), _sft_grad_norm(tiny_model_path, 1)
+    assert at0 > 1.0  # clip is 1.0: a norm below it would hide a post-clip value
+    assert abs(at0 - at1) < 1e-3 * at1, (at0, at1)

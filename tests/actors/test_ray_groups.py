@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from orchestrator.config import LearnerConfig, ParallaxConfig, RolloutConfig
+from contract.config import LearnerConfig, ParallaxConfig, RolloutConfig
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ def _sft_batch(model_path: str):
     from transformers import AutoTokenizer
 
     import toyworld
-    from orchestrator.data import sft_batch
+    from layouts.causal import sft_batch
 
     tok = AutoTokenizer.from_pretrained(model_path)
     return sft_batch(toyworld.generate("mixed", 8, seed=3), "parallel_r1", tok)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from actors.engine import _ENGINES, register_engine
-from actors.hf_engine import HFEngine
 from actors.rollout import RolloutWorker
+from contract.batch import Prompt
+from contract.config import ExecutorConfig, RolloutConfig
+from engines import ENGINES
+from engines.hf import HFEngine
 from formats import ebnf
-from orchestrator.batch import Prompt
-from orchestrator.config import ExecutorSettings, RolloutConfig
 
 PROBE = "structured_outputs_probe"
 
@@ -30,8 +30,7 @@ class _StructuredProbe(HFEngine):
         return super().generate(prompts, params)
 
 
-if PROBE not in _ENGINES:
-    register_engine(PROBE)(_StructuredProbe)
+ENGINES.setdefault(PROBE, f"{__name__}:_StructuredProbe")  # a test engine, by name like the real ones
 
 
 def _prompt(tok) -> Prompt:
@@ -43,7 +42,7 @@ def _prompt(tok) -> Prompt:
 def test_mode_off_sends_the_formats_grammar_to_structured_outputs(tiny_model_path, fmt):
     import xgrammar as xgr
 
-    cfg = RolloutConfig(engine=PROBE, max_new_tokens=6, torch_threads=1, executor=ExecutorSettings(grammar=True))
+    cfg = RolloutConfig(engine=PROBE, max_new_tokens=6, torch_threads=1, executor=ExecutorConfig(mode="executed", grammar=True))
     worker = RolloutWorker(cfg, tiny_model_path, fmt=fmt)
     out = worker.generate([_prompt(worker.tokenizer)], n=2, seed=0)
     assert len(out) == 2 and worker.engine.grammars == [ebnf(fmt)]
@@ -65,11 +64,11 @@ def test_hf_generate_applies_the_grammar_and_reports_unmasked_logprobs(tiny_mode
     own (unmasked) log p(t) at temperature T, which is what the learner recomputes."""
     import torch
 
+    from contract import algo
     from formats import parse
-    from orchestrator import algo
 
     torch.set_num_threads(1)
-    cfg = RolloutConfig(max_new_tokens=120, torch_threads=1, temperature=0.8, executor=ExecutorSettings(grammar=True))
+    cfg = RolloutConfig(max_new_tokens=120, torch_threads=1, temperature=0.8, executor=ExecutorConfig(mode="executed", grammar=True))
     worker = RolloutWorker(cfg, tiny_model_path, fmt=fmt)
     tok = worker.tokenizer
     trajs = worker.generate([_prompt(tok)], n=8, seed=0)
@@ -88,6 +87,6 @@ def test_hf_generate_applies_the_grammar_and_reports_unmasked_logprobs(tiny_mode
 
 
 def worker_params(cfg):
-    from orchestrator.batch import SamplingParams
+    from contract.batch import SamplingParams
 
     return SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=0)

@@ -13,12 +13,13 @@ import dataclasses
 import pytest
 import torch
 
-from actors import masks
 from actors.learner import score_logprobs, sft_loss, sft_micro_batches
-from orchestrator.batch import SFTBatch
-from orchestrator.config import LearnerConfig
-from orchestrator.data import pack_bins, pack_sft_batch, sft_batch
-from orchestrator.structured import structured_sft_batch
+from contract.batch import SFTBatch
+from contract.config import LearnerConfig
+from layouts import masks
+from layouts.causal import sft_batch
+from layouts.packing import pack_bins, pack_sft_batch
+from layouts.structured import structured_sft_batch
 
 
 # ---- bins and layout -------------------------------------------------------------------------

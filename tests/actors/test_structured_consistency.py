@@ -14,8 +14,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors import masks
-from orchestrator.batch import ExecutionRecord
+from contract.batch import ExecutionRecord
+from layouts import masks
 
 VOCAB = 64
 
@@ -136,7 +136,7 @@ def test_branch_equals_prefix_plus_branch_run_as_one_causal_sequence(model) -> N
         logits = model(
             input_ids=torch.tensor([flat]), attention_mask=torch.ones(1, len(flat), dtype=torch.long)
         ).logits
-    from orchestrator.algo import token_logprobs
+    from contract.algo import token_logprobs
 
     want = token_logprobs(logits, torch.tensor([flat]))[0, 6:]
     assert (got[cols] - want).abs().max() < 1e-4

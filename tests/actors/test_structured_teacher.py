@@ -1,6 +1,6 @@
 """Teacher records equal what the real executor records, and the learner scores executed rows exactly.
 
-The executor (actors/executor.py) runs a random tiny model whose logits a processor pins to the
+The executor (parallel/kv.py) runs a random tiny model whose logits a processor pins to the
 teacher's tokens, so each request really samples the teacher text through the real KV cache,
 forks, joins and positions. Then:
 * `teacher_record` (built from the parsed trace alone) must equal the executor's record;
@@ -14,16 +14,12 @@ import pytest
 import torch
 
 import toyworld
-from actors import masks
-from orchestrator.batch import SamplingParams, Trajectory
-from orchestrator.structured import (
-    build_train_batch,
-    replay_processor,
-    structured_sft_batch,
-    teacher_record,
-    teacher_role_scripts,
-    threadweaver_train_batch,
-)
+from contract.batch import SamplingParams, Trajectory
+from layouts import build_train_batch, masks
+from layouts.structured import structured_sft_batch
+from layouts.teacher import teacher_record, teacher_role_scripts
+from layouts.threadweaver import threadweaver_train_batch
+from parallel.replay import Replay
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +53,8 @@ def execute(lm, problems, fmt: str, mode: str):
 
 
 def _execute(lm, problems, fmt: str, mode: str):
-    from actors.executor import ExecutorConfig, ParallelExecutor
+    from contract.config import ExecutorConfig
+    from parallel.kv import KVExecutor
 
     model, tok = lm
     prompts = [tok(p.prompt, add_special_tokens=False)["input_ids"] for p in problems]
@@ -65,8 +62,8 @@ def _execute(lm, problems, fmt: str, mode: str):
     scripts = [
         teacher_role_scripts(pr, p.traces[fmt], fmt, tok, mode=mode) for pr, p in zip(prompts, problems)
     ]
-    ex = ParallelExecutor(
-        model, tok, ExecutorConfig(format=fmt, mode=mode), replay_processor(scripts, tok.eos_token_id)
+    ex = KVExecutor(
+        model, tok, ExecutorConfig(mode=mode), fmt, Replay(scripts, tok.eos_token_id)
     )
     return prompts, teacher, ex.run(prompts, SamplingParams(max_new_tokens=200, temperature=0.9, seed=0))
 
@@ -108,7 +105,7 @@ def test_threadweaver_rows_cover_every_sampled_token_once(lm, problems) -> None:
     assert tw.response_mask.sum() == st.response_mask.sum()
     assert torch.isclose((tw.advantages * tw.response_mask).sum(), (st.advantages * st.response_mask).sum())
     # Branch and main rows are exact under plain causal scoring (join rows are the documented approximation).
-    from orchestrator.algo import token_logprobs
+    from contract.algo import token_logprobs
 
     with torch.no_grad():
         logp = token_logprobs(
@@ -122,7 +119,7 @@ def test_threadweaver_rows_cover_every_sampled_token_once(lm, problems) -> None:
 
 
 def test_structured_sft_batch_trains_sampled_tokens_with_the_executed_layout(lm, problems) -> None:
-    from orchestrator.data import sft_batch
+    from layouts.causal import sft_batch
 
     tok = lm[1]
     plain = sft_batch(problems, "parason", tok)
@@ -153,10 +150,10 @@ def test_teacher_trace_with_gaps_between_threads_is_refused(lm) -> None:
 
 
 def test_nested_parason_block_record_equals_executor_record(lm) -> None:
-    from actors.executor import ExecutorConfig, ParallelExecutor
-    from actors.executor_format import with_thread_headers
-    from formats import SUBTASK, Block, Branch, render
+    from contract.config import ExecutorConfig
+    from formats import SUBTASK, Block, Branch, render, with_thread_headers
     from formats import Trajectory as Tree
+    from parallel.kv import KVExecutor
 
     model, tok = lm
     inner = Block((Branch(SUBTASK, ("1+1=2",), "a"), Branch(SUBTASK, ("2+2=4",), "b")))
@@ -165,11 +162,11 @@ def test_nested_parason_block_record_equals_executor_record(lm) -> None:
     prompt = tok("Q: nested\nA:", add_special_tokens=False)["input_ids"]
     ids, rec = teacher_record(prompt, trace, "parason", tok)
     scripts = [teacher_role_scripts(prompt, trace, "parason", tok)]
-    ex = ParallelExecutor(
+    ex = KVExecutor(
         model,
         tok,
-        ExecutorConfig(format="parason", mode="executed"),
-        replay_processor(scripts, tok.eos_token_id),
+        ExecutorConfig(mode="executed"), "parason",
+        Replay(scripts, tok.eos_token_id),
     )
     run = ex.run([prompt], SamplingParams(max_new_tokens=200, seed=0))[0]
     assert run.token_ids == ids and run.requests == 7  # main, 2 branches, 2 nested, 2 continuations

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from orchestrator.config import ConfigError, register_configs, validate
+from contract.config import ConfigError, register_configs, validate
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 PAPER = sorted(p.stem for p in (CONF / "experiment" / "paper").glob("*.yaml"))

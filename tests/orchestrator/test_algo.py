@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from orchestrator import algo
+from contract import algo
 
 
 def test_grpo_advantages_by_hand():

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.batch import Trajectory
-from orchestrator.data import batches, sft_batch, train_batch
+from contract.batch import Trajectory
+from layouts.causal import sft_batch, train_batch
+from orchestrator.data import batches
 
 
 def _traj(p, r, lp):
@@ -55,8 +56,8 @@ def test_batches_cover_each_epoch_once():
 
 def test_stages_on_one_pool_draw_different_prompt_orders():
     import toyworld
+    from contract.config import DataConfig
     from curricula.stage import Stage
-    from orchestrator.config import DataConfig
     from orchestrator.data import StageStreams
     from tinylm import build_tokenizer
 

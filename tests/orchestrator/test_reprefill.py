@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.batch import ExecutionRecord
-from orchestrator.reprefill import expand_reprefill
-from orchestrator.structured import sequential_record
+from contract.batch import ExecutionRecord
+from layouts.records import sequential_record
+from layouts.reprefill import expand_reprefill
 
 # Parallel-R1, two paths, as the request executor records it. Segments (tokens; request; sees):
 # 0 prompt (10 11 12; -1; -)           1 main "<Parallel>.." (20 21; 0; 0)

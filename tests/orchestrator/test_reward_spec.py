@@ -6,8 +6,8 @@ import pytest
 
 import toyworld
 from actors.reward_worker import RewardWorker
+from contract.config import RewardConfig
 from curricula.stage import Stage
-from orchestrator.config import RewardConfig
 from orchestrator.trainer import reward_spec
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.batch import Trajectory
+from contract.batch import Trajectory
 from orchestrator.trainer import trajectory_stats
 
 FORK = "<Parallel><Path>3*4=12</Path><Path>5*6=30</Path><Summary>12+30=42</Summary></Parallel> #### 42"

@@ -8,8 +8,7 @@ import pytest
 from toyworld_checks import check_step, content_tokens, parse_subtask, parse_trial
 
 import toyworld
-from actors.executor_format import thread_header
-from formats import PATH, SUBTASK, TRIAL, Block, compute_metrics, final_segment, parse
+from formats import PATH, SUBTASK, TRIAL, Block, compute_metrics, final_segment, parse, thread_header
 
 ANSWER_LINE = re.compile(r" #### (-?\d+)\Z")
 

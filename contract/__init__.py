@@ -1,0 +1,10 @@
+"""The contract below the driver: batch types, typed configs and the verl algorithm wrapper.
+
+Imported by the actors, rewards-facing workers, evaluation and the driver alike; it imports
+nothing above it (see tests/test_architecture.py).
+
+* `batch.py`: the typed batches between actors (`Prompt`, `Trajectory`, `ExecutionRecord`,
+  `TrainBatch`, ...);
+* `config.py`: the Hydra schemas, one dataclass per config group, and their checks;
+* `algo.py`: GRPO advantages, the clipped policy loss and KL through verl's functions.
+"""

@@ -1,0 +1,201 @@
+"""Reward scoring of whole batches of GRPO groups: what the reward actor runs (actors/reward_worker.py).
+
+Algorithm per call of :meth:`RewardScorer.score`:
+
+1. every completion of every group is analysed in this process (parse through ``formats``,
+   final part, answer extraction, exact fast path) -- cheap and linear-time;
+2. the answers the fast path leaves undecided (math-verify, or verl's DAPO scorer) run
+   in ONE :class:`~rewards.pool.TimeoutPool` call: each item has a hard timeout; an item
+   that times out, crashes its worker or raises is scored invalid (wrong, no trajectory
+   credit) and counted under ``reward/errors/<reason>``;
+3. the registered reward function scores each group (group-aware: PA-GRPO z-scores).
+
+Nothing here raises because of one bad completion; bad *configuration* (unknown reward,
+bad params) raises ``ValueError`` at construction. No Ray here: the reward actor wraps it.
+
+Example:
+    >>> w = RewardScorer("accuracy", workers=1)
+    >>> out = w.score([{"texts": ["... #### 4", "... #### 5"], "ground_truth": "4"}])
+    >>> out.rewards, out.correct, out.errors
+    ([[1.0, -1.0]], [[True, False]], {})
+    >>> w.close()
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rewards.analysis import SlowJob, analyze_fast, apply_slow, run_slow
+from rewards.api import analysis_options, score_samples
+from rewards.pool import TimeoutPool
+from rewards.registry import RewardSpec
+from rewards.types import GroupScore, RewardContext, Sample
+from rewards.verify import slow_verify
+
+__all__ = ["RewardBatch", "RewardGroup", "RewardScorer"]
+
+
+@dataclass(frozen=True)
+class RewardGroup:
+    """One GRPO group to score: all completions of one prompt and its reference answer."""
+
+    texts: Sequence[str]
+    ground_truth: str
+
+
+@dataclass
+class RewardBatch:
+    """Scores of a list of groups, in input order.
+
+    ``correct`` is binary accuracy (the accuracy metrics use it, not ``rewards``);
+    ``errors`` counts failed items as ``reward/errors/<reason>``; ``metrics`` holds batch
+    means for logging (``reward/mean``, ``reward/correct`` (binary accuracy),
+    ``reward/<component>`` such as ``reward/acc`` or ``reward/parallel``, timings).
+    """
+
+    rewards: list[list[float]]
+    correct: list[list[bool]]
+    components: list[dict[str, list[float]]]
+    errors: dict[str, int] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _as_group(g: RewardGroup | Mapping[str, Any]) -> RewardGroup:
+    if isinstance(g, RewardGroup):
+        return g
+    if isinstance(g, Mapping) and "texts" in g:
+        gt = g.get("ground_truth", "")
+        return RewardGroup(list(g["texts"]), "" if gt is None else str(gt))
+    raise ValueError(
+        f"a group is a RewardGroup or a mapping with 'texts' and 'ground_truth', got {type(g).__name__}"
+    )
+
+
+class RewardScorer:
+    """Scores groups with reward ``reward`` (a registered name) and ``params``.
+
+    ``workers``/``timeout_s``: verification processes and the per-item hard timeout;
+    ``fallback_reward``: the value given to every sample of a group whose reward function
+    itself fails (counted as ``reward/errors/reward_fn``); ``tokenizer``: optional HF
+    tokenizer for real token counts in latency metrics.
+    """
+
+    def __init__(
+        self,
+        reward: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        workers: int = 2,
+        timeout_s: float = 10.0,
+        start_method: str = "forkserver",
+        max_memory_mb: int | None = 4096,
+        fallback_reward: float = 0.0,
+        tokenizer: Any = None,
+    ) -> None:
+        self.spec = RewardSpec(reward, dict(params or {}))
+        self.spec.resolve()  # fail fast on an unknown name or bad params
+        self.fallback_reward = fallback_reward
+        self.tokenizer = tokenizer
+        self._pool_args = {
+            "workers": workers, "timeout_s": timeout_s, "start_method": start_method, "max_memory_mb": max_memory_mb
+        }
+        self._pool: TimeoutPool | None = None
+
+    @property
+    def pool(self) -> TimeoutPool:
+        if self._pool is None:  # lazy: format-only rewards never start processes
+            self._pool = TimeoutPool(slow_verify, **self._pool_args)
+        return self._pool
+
+    def _analyse(self, groups: list[RewardGroup], opts) -> list[list[Sample]]:
+        """Steps 1-2: fast analysis here, slow verification in the pool."""
+        out: list[list[Sample]] = []
+        jobs: list[SlowJob] = []
+        where: list[tuple[int, int]] = []
+        for gi, g in enumerate(groups):
+            row = []
+            for si, text in enumerate(g.texts):
+                try:
+                    s, job = analyze_fast(len(jobs), text, g.ground_truth, opts)
+                except Exception:  # noqa: BLE001 - a bug on one text must not fail the step
+                    s, job = Sample(error="exception"), None
+                row.append(s)
+                if job is not None:
+                    jobs.append(job)
+                    where.append((gi, si))
+            out.append(row)
+        if jobs:
+            flat = [out[gi][si] for gi, si in where]
+            apply_slow(flat, jobs, run_slow(jobs, self.pool))
+            for (gi, si), s in zip(where, flat):
+                out[gi][si] = s
+        return out
+
+    def _score_one(self, name: str, samples: list[Sample], ctx: RewardContext, params) -> GroupScore:
+        try:
+            return score_samples(name, samples, ctx, params)
+        except Exception:  # noqa: BLE001 - e.g. a custom reward's bug on odd input
+            n = len(samples)
+            errors = Counter(s.error for s in samples if s.error)
+            errors["reward_fn"] += n
+            return GroupScore([self.fallback_reward] * n, [s.correct for s in samples], {}, dict(errors))
+
+    def score(
+        self,
+        groups: Sequence[RewardGroup | Mapping[str, Any]],
+        *,
+        step: int = 0,
+        stage: str = "",
+        spec: RewardSpec | None = None,
+    ) -> RewardBatch:
+        """Score ``groups`` at global ``step`` / curriculum ``stage``; ``spec`` overrides the
+        worker's reward for this call (stage-dependent rewards)."""
+        spec = spec or self.spec
+        entry, params = spec.resolve()
+        opts = analysis_options(entry.name, params, self.tokenizer)
+        gs = [_as_group(g) for g in groups]
+        t0 = time.perf_counter()
+        analysed = self._analyse(gs, opts)
+        t1 = time.perf_counter()
+        scores = [
+            self._score_one(
+                entry.name, s, RewardContext(step=step, stage=stage, ground_truth=g.ground_truth), params
+            )
+            for g, s in zip(gs, analysed)
+        ]
+        t2 = time.perf_counter()
+        return self._batch(scores, {"timing/reward_analyse": t1 - t0, "timing/reward_fn": t2 - t1})
+
+    @staticmethod
+    def _batch(scores: list[GroupScore], timing: dict[str, float]) -> RewardBatch:
+        errors: Counter[str] = Counter()
+        sums: Counter[str] = Counter()
+        n = 0
+        for sc in scores:
+            errors.update(sc.errors)
+            n += sc.size
+            sums["reward/mean"] += sum(sc.rewards)
+            sums["reward/correct"] += sum(sc.correct)
+            for k, v in sc.components.items():
+                sums[f"reward/{k}"] += sum(v)
+        metrics = {k: v / n for k, v in sums.items()} if n else {}
+        metrics.update(timing)
+        err = {f"reward/errors/{k}": v for k, v in sorted(errors.items())}
+        metrics.update({k: float(v) for k, v in err.items()})
+        return RewardBatch(
+            rewards=[sc.rewards for sc in scores],
+            correct=[sc.correct for sc in scores],
+            components=[sc.components for sc in scores],
+            errors=err,
+            metrics=metrics,
+        )
+
+    def close(self) -> None:
+        """Stop the verification processes."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None

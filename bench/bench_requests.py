@@ -80,7 +80,7 @@ def run_once(engine, tok, problems, dispatch: str, mode: str, grammar: bool = Fa
     if dispatch == "requests":
         ex = RequestExecutor(counter, tok, cfg, "parason", Replay(scripts, tok.eos_token_id))
     else:
-        ex = KVExecutor(engine.model, tok, cfg, Replay(scripts, tok.eos_token_id))
+        ex = KVExecutor(engine.model, tok, cfg, "parason", Replay(scripts, tok.eos_token_id))
     t0 = time.perf_counter()
     res = ex.run(prompts, params)
     return time.perf_counter() - t0, res, counter

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
+from importlib import import_module
 
-try:
-    from formats import _speedups
+try:  # the compiled extension, by its full name (it imports nothing back from formats)
+    _speedups = import_module("formats._speedups")
 except ImportError:  # not built: pure-Python path
     _speedups = None
 

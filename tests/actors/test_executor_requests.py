@@ -247,7 +247,7 @@ def test_free_sampling_under_request_grammars_parses_and_scores_exactly(engine, 
         x[:, tags] += 3.0
         return x
 
-    rx = RequestExecutor(engine, tok, cfg, fork_often)
+    rx = RequestExecutor(engine, tok, cfg, fmt, fork_often)
     prompts = [tok.encode("Q: 3*4+5*6\nA:")] * 12
     res = rx.run(prompts, SamplingParams(max_new_tokens=160, seed=5, temperature=1.0))
     assert all(parse(text(tok, r).removesuffix(tok.eos_token), fmt).ok for r in res)
@@ -261,7 +261,7 @@ def test_free_sampling_under_request_grammars_parses_and_scores_exactly(engine, 
 
 
 def test_a_tag_spelled_in_pieces_is_cut_where_the_spelling_starts(engine):
-    from parallel.requests import _Traj
+    from parallel.base import Traj
 
     tok = engine.tokenizer
     rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", grammar=True), "parason")
@@ -270,7 +270,7 @@ def test_a_tag_spelled_in_pieces_is_cut_where_the_spelling_starts(engine):
     rest = tok.encode("ines> x", add_special_tokens=False)
     assert not set(head + pieces + rest) & set(rx.tags.ids.values())  # no tag token: the tag is spelled
     ids = head + pieces + rest
-    req = rx._main(_Traj(0), [1, 2])
+    req = rx._main(Traj(0), [1, 2])
     cut = rx._unspelled(req, Completion(ids, [-1.0] * len(ids), "stop"))
     first = next(i for i, t in enumerate(ids) if "<" in tok.decode([t]))
     assert cut.token_ids == ids[:first] and req.refused == 1  # resampled from just before the '<'

@@ -42,7 +42,7 @@ def _prompt(tok) -> Prompt:
 def test_mode_off_sends_the_formats_grammar_to_structured_outputs(tiny_model_path, fmt):
     import xgrammar as xgr
 
-    cfg = RolloutConfig(engine=PROBE, max_new_tokens=6, torch_threads=1, executor=ExecutorConfig(mode="executed", grammar=True))
+    cfg = RolloutConfig(engine=PROBE, max_new_tokens=6, torch_threads=1, executor=ExecutorConfig(grammar=True))
     worker = RolloutWorker(cfg, tiny_model_path, fmt=fmt)
     out = worker.generate([_prompt(worker.tokenizer)], n=2, seed=0)
     assert len(out) == 2 and worker.engine.grammars == [ebnf(fmt)]
@@ -68,7 +68,7 @@ def test_hf_generate_applies_the_grammar_and_reports_unmasked_logprobs(tiny_mode
     from formats import parse
 
     torch.set_num_threads(1)
-    cfg = RolloutConfig(max_new_tokens=120, torch_threads=1, temperature=0.8, executor=ExecutorConfig(mode="executed", grammar=True))
+    cfg = RolloutConfig(max_new_tokens=120, torch_threads=1, temperature=0.8, executor=ExecutorConfig(grammar=True))
     worker = RolloutWorker(cfg, tiny_model_path, fmt=fmt)
     tok = worker.tokenizer
     trajs = worker.generate([_prompt(tok)], n=8, seed=0)

@@ -103,8 +103,40 @@ def test_scaffold_switch_moves_from_the_command_line():
     (["+experiment=parallel_r1_unseen_s2", "curriculum.stages.dapo.reward=accuracy"], "either reward or schedule"),
     (["reward.beta_sub=0.1"], "beta_sub"),  # the default reward (accuracy) has no beta_sub
     (["reward.name=pa_grpo", "reward.beta_sub=0.1", "+reward.params.beta_sub=0.2"], "reward.beta_sub"),
-    (["curriculum=sft_then_rl", "curriculum.name=nope"], "curriculum.name"),
 ])
 def test_bad_curriculum_or_reward_config_names_the_problem(overrides, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         _compose(*overrides)
+
+
+def test_an_unknown_curriculum_without_stages_names_the_key():
+    from contract.config import CurriculumConfig
+
+    with pytest.raises(ConfigError, match=r"curriculum\.name"):
+        CurriculumConfig(name="nope")
+
+
+@pytest.mark.parametrize("key", ["trainer.rl_steps=50", "trainer.sft_steps=0"])
+def test_step_budgets_have_one_home(key):
+    """Step budgets live in curriculum.stages only: the old trainer knobs are refused by name."""
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match=key.split("=")[0].split(".")[1]):
+        _compose(key)
+    cfg = _compose("curriculum.stages.acc_rl.steps=50")  # the README's override
+    assert [s.steps for s in cfg.curriculum.build(cfg.reward).stages] == [600, 10, 50]
+
+
+@pytest.mark.parametrize("name", PAPER)
+def test_paper_experiments_set_each_value_at_one_level(name):
+    """A stage's batch size and group size are its own: the experiment does not repeat them run-wide."""
+    import yaml
+
+    raw = yaml.safe_load((CONF / "experiment" / "paper" / f"{name}.yaml").read_text())
+    stages = raw.get("curriculum", {}).get("stages", {}).values()
+    trainer, rollout = raw.get("trainer") or {}, raw.get("rollout") or {}
+    if any("batch_size" in s for s in stages if s.get("kind", "rl") == "rl" or "rollout_n" in s):
+        assert "prompts_per_step" not in trainer
+    if any("rollout_n" in s for s in stages):
+        assert "n" not in rollout
+    assert "sft_batch_size" not in trainer or not any("batch_size" in s for s in stages)

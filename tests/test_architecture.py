@@ -1,0 +1,90 @@
+"""The import graph: packages import only the layers below them, and no module import cycle exists.
+
+Every import counts, function-local ones included (grimp reads every import statement of a module).
+The layers are import-linter's contract in pyproject.toml ([tool.importlinter]); the module cycles
+are found here, inside packages as well as between them.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import grimp
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ["orchestrator", "evaluation", "actors", "layouts", "parallel", "engines", "contract",
+            "rewards", "curricula", "toyworld", "tinylm", "formats"]
+
+
+def module_cycles(*packages: str) -> list[list[str]]:
+    """Strongly connected sets of more than one module in the import graph of `packages` (Tarjan)."""
+    graph = grimp.build_graph(*packages)
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in sorted(graph.modules)}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # iterative enough for this graph's depth (< 100 modules per chain)
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for m in edges:
+        if m not in index:
+            visit(m)
+    return found
+
+
+def test_packages_import_only_the_layers_below_them(monkeypatch, capsys):
+    from importlinter.cli import EXIT_STATUS_SUCCESS, lint_imports
+
+    monkeypatch.chdir(ROOT)
+    code = lint_imports(config_filename="pyproject.toml", no_cache=True, no_logo=True)
+    out = capsys.readouterr().out
+    assert code == EXIT_STATUS_SUCCESS, out[-4000:]
+    assert "1 kept, 0 broken" in out
+
+
+def test_no_module_import_cycle_anywhere():
+    assert module_cycles(*PACKAGES) == []
+
+
+def test_the_cycle_check_sees_function_local_imports(tmp_path, monkeypatch):
+    """The check itself can fail: a cycle closed only by an import inside a function is found."""
+    pkg = tmp_path / "cyclepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from cyclepkg import b\n")
+    (pkg / "b.py").write_text(textwrap.dedent("""
+        def late():
+            from cyclepkg.a import nothing  # the back edge, function-local
+    """))
+    (pkg / "c.py").write_text("import cyclepkg.a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert module_cycles("cyclepkg") == [["cyclepkg.a", "cyclepkg.b"]]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_package_opens_by_saying_what_lives_there(package):
+    doc = __import__(package).__doc__
+    assert doc and len(doc.strip()) > 40, f"{package}/__init__.py needs a docstring naming what it holds"

@@ -185,9 +185,12 @@ class ParallaxSide:
         register_configs()
         self.args, self.n = args, args.prompts * args.generations
         overrides = [
-            "trainer.sft_steps=0", "trainer.eval_after_stage=false", "logging.wandb_mode=disabled",
+            # RL only, with the run's reward (accuracy): the step budgets live in curriculum.stages
+            "curriculum=sft_then_rl", "curriculum.stages.sft.steps=0",
+            f"curriculum.stages.rl.steps={args.warmup + args.steps}",
+            "trainer.eval_after_stage=false", "logging.wandb_mode=disabled",
             "logging.progress_bar=false", f"run_dir={run_dir}", f"model.path={model_dir}",
-            f"trainer.rl_steps={args.warmup + args.steps}", f"trainer.prompts_per_step={args.prompts}",
+            f"trainer.prompts_per_step={args.prompts}",
             f"trainer.seed={args.seed}", f"data.seed={args.seed}",
             f"rollout.n={args.generations}", f"rollout.max_new_tokens={args.completion_len}",
             "rollout.temperature=1.0", "rollout.top_p=1.0", f"rollout.torch_threads={args.threads}",

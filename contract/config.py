@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
-
-from omegaconf import MISSING, DictConfig, OmegaConf
+from typing import TYPE_CHECKING, Any
 
 from tinylm import TinyModelConfig
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+# OmegaConf's marker of a required value (omegaconf.MISSING), spelled out so that the schemas import
+# without Hydra: the executors read their slice of it on machines that have only torch.
+MISSING = "???"
 
 
 class ConfigError(ValueError):
@@ -468,6 +473,8 @@ def validate(cfg: DictConfig) -> ParallaxConfig:
 
     Raises ``ConfigError`` naming the offending key; nothing heavy has started yet.
     """
+    from omegaconf import OmegaConf
+
     try:
         obj = OmegaConf.to_object(cfg)
     except ConfigError:

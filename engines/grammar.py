@@ -39,7 +39,7 @@ number to put in GRPO/PPO ratios:
   or the grammar replayed there. Without it the learner's ratio at the behaviour weights would be
   Z, not 1, and the clip would act on the mask, not on the weight change;
 * with unmasked logprobs engine and learner agree to float precision
-  (tests/actors/test_structured_consistency.py, test_executor.py): the ratio is exactly 1
+  (tests/layouts/test_structured_consistency.py, test_executor.py): the ratio is exactly 1
   on-policy and the clip sees only the weight change. The masked ratio is this one times
   Z_old / Z_new, so the two losses agree on-policy and their gradients differ by A * grad log Z:
   the unmasked update also moves the mass the model itself puts on grammar-valid tokens (up for

@@ -1,4 +1,4 @@
-"""Shared fixtures: a tiny model built once per session, and one local Ray cluster."""
+"""Shared fixtures: a tiny model built once per session (and loaded per module), one local Ray cluster."""
 
 from __future__ import annotations
 
@@ -17,6 +17,19 @@ def tiny_model_path(tmp_path_factory) -> str:
     from tinylm import TinyModelConfig, build_tiny_model
 
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny"), TinyModelConfig(), toyworld.corpus(500, 0)))
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_model_path):
+    """(model, tokenizer) of the tiny model in fp32, scored on one thread (deterministic sums)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield (AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval(),
+           AutoTokenizer.from_pretrained(tiny_model_path))
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

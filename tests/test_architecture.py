@@ -88,3 +88,19 @@ def test_the_cycle_check_sees_function_local_imports(tmp_path, monkeypatch):
 def test_every_package_opens_by_saying_what_lives_there(package):
     doc = __import__(package).__doc__
     assert doc and len(doc.strip()) > 40, f"{package}/__init__.py needs a docstring naming what it holds"
+
+
+@pytest.mark.parametrize("package", ["contract", "engines", "parallel", "layouts", "rewards", "curricula", "formats"])
+def test_pure_packages_import_without_ray_hydra_or_deepspeed(package):
+    """The layers below the actors import with torch and transformers alone (the GPU check image has no
+    more), so no test of them needs `sys.modules` mocking."""
+    import subprocess
+    import sys
+
+    code = (f"import sys, {package}, pkgutil, importlib\n"
+            f"for m in pkgutil.walk_packages({package}.__path__, '{package}.'):\n"
+            "    if not m.name.endswith(('__main__', 'cli', 'vllm')): importlib.import_module(m.name)\n"
+            "heavy = sorted({'ray', 'hydra', 'omegaconf', 'deepspeed', 'vllm'} & set(sys.modules))\n"
+            "assert not heavy, heavy")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]

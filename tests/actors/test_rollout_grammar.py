@@ -18,7 +18,7 @@ class _StructuredProbe(HFEngine):
     """vLLM's boundary (it cannot run here): `generate(..., grammar=EBNF)` for structured outputs.
 
     Decodes with the real HF engine and records the grammar each call was given; the real vLLM
-    path is `tests/actors/test_engine_vllm.py::test_vllm_structured_outputs_follow_the_format` (gpu).
+    path is `tests/engines/test_engine_vllm.py::test_vllm_structured_outputs_follow_the_format` (gpu).
     """
 
     def __init__(self, *args, **kwargs):

@@ -92,9 +92,9 @@ class ExecutorConfig:
     mode: str = "off"
     # How sequential / executed modes drive the engine. kv: one decode loop that forks the prefix
     # KV and merges branch KV at a join (hf engine only; parallel/kv.py) | requests: whole
-    # engine requests that stop at every tag and re-read their context (any engine: vLLM;
-    # parallel/requests.py; the learner scores them exactly with layout structured, which
-    # appends copies of later branches, or threadweaver) | auto: kv on hf, requests elsewhere.
+    # engine requests that stop at the tags where the executor acts and re-read their context
+    # (any engine: vLLM; parallel/requests.py; scored exactly by layout structured or threadweaver,
+    # contract.batch.ExecutionRecord says why) | auto: kv on hf, requests elsewhere.
     dispatch: str = "auto"
     # Parallel-R1 executed mode: paths launched per <Parallel> (the format does not announce them).
     num_paths: int = 2
@@ -225,12 +225,11 @@ class LearnerConfig:
     # bf16 against DeepSpeed, and vLLM under structured outputs, whose logprobs are after the grammar
     # mask. Costs one no-grad forward per step; on CPU (hf engine, fp32) the two agree to ~1e-6.
     recompute_old_logprobs: bool = False
-    # How the learner lays out a trajectory: causal (one row, causal attention: the Seen variant) |
-    # structured (one row; each branch sees the prefix and itself, the join sees all branches,
-    # positions as the engine used them: the Unseen variant; request-executor records get the text
-    # causally plus copies of later branches, layouts/reprefill.py) | threadweaver (one causal
-    # row per engine request, the advantage broadcast; exact for branches, approximate for the KV
-    # executor's joins, exact throughout for the request executor: rollout.executor.dispatch).
+    # How the learner lays out a trajectory (layouts/): causal (one row, causal attention: the Seen
+    # variant) | structured (one row; each branch sees the prefix and itself, the join sees all
+    # branches, positions as the engine used them: the Unseen variant) | threadweaver (one causal
+    # row per engine request, the advantage broadcast; approximate for the KV executor's joins).
+    # Which are exact for which executor: contract.batch.ExecutionRecord.
     layout: str = "causal"
     gradient_checkpointing: bool = False
     num_cpus: float = 0.5

@@ -15,17 +15,13 @@ Choices, and why:
   own `load_weights`, on every worker (`collective_rpc`).
 
 Parallel formats (rollout.executor.mode sequential / executed) run through the request executor
-(`parallel.requests`, `rollout.executor.dispatch` auto -> requests): the tags where it
-acts are stop tokens (vLLM keeps stop_token_ids in `token_ids`, which the executor relies on and checks),
-`limits` gives each request its own token budget, and a join's continuation is a new request
-that re-reads prefix + branches as text, from the prefix cache. vLLM attention is causal over one
-sequence, so the join cannot read the branches' KV as computed in their branches (the KV
-executor's merge): a later branch's tokens are seen in two contexts. The record says so
-(`reprefill`) and the learner scores exactly what vLLM computed: `learner.layout=structured`
-(the text causally plus copies of later branches, layouts/reprefill.py) or threadweaver
-(one causal row per request). With `rollout.executor.grammar` each request gets the grammar of
-what it writes (the response, a branch body, a summary; `formats.ebnf(spec, start)`) as its own
-structured output. Token-level test processors stay on the hf engine.
+(`parallel.requests`; `rollout.executor.dispatch` auto -> requests): the tags where it acts are stop
+tokens (vLLM keeps stop_token_ids in `token_ids`, which the executor relies on and checks), `limits`
+gives each request its own token budget, and each request re-reads its context from the prefix
+cache (what the learner then scores: `contract.batch.ExecutionRecord`, "Reprefill"). With
+`rollout.executor.grammar` each request gets the grammar of what it writes
+(`formats.ebnf(spec, start)`) as its own structured output. Token-level test processors stay on
+the hf engine.
 """
 
 from __future__ import annotations

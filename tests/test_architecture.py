@@ -102,5 +102,5 @@ def test_pure_packages_import_without_ray_hydra_or_deepspeed(package):
             "    if not m.name.endswith(('__main__', 'cli', 'vllm')): importlib.import_module(m.name)\n"
             "heavy = sorted({'ray', 'hydra', 'omegaconf', 'deepspeed', 'vllm'} & set(sys.modules))\n"
             "assert not heavy, heavy")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr[-2000:]

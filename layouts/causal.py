@@ -6,10 +6,8 @@ are prompt + teacher trace + EOS with a completion-only loss.
 
 from __future__ import annotations
 
-import torch
-
 from contract.batch import SFTBatch, TrainBatch, Trajectory
-from layouts.pad import right_pad
+from layouts.pad import padded_sft_batch, padded_train_batch
 from layouts.records import record_of
 
 
@@ -19,9 +17,7 @@ def sft_batch(problems: list, trace: str, tokenizer) -> SFTBatch:
     targets = tokenizer([p.traces[trace] for p in problems], add_special_tokens=False)["input_ids"]
     rows = [p + t + [tokenizer.eos_token_id] for p, t in zip(prompts, targets)]
     loss = [[0.0] * len(p) + [1.0] * (len(t) + 1) for p, t in zip(prompts, targets)]
-    ids = right_pad(rows, tokenizer.pad_token_id, torch.long)
-    mask = right_pad([[1] * len(r) for r in rows], 0, torch.long)
-    return SFTBatch(ids, mask, right_pad(loss, 0.0, torch.float32))
+    return padded_sft_batch(rows, loss, tokenizer.pad_token_id)
 
 
 def train_batch(trajs: list[Trajectory], advantages: list[float], pad_id: int) -> TrainBatch:
@@ -36,13 +32,7 @@ def train_batch(trajs: list[Trajectory], advantages: list[float], pad_id: int) -
                                          [float(x) for x in t.record.sampled[len(t.prompt_ids):]]) for t in trajs]
     old = [[0.0] * len(t.prompt_ids) + list(t.logprobs) for t in trajs]
     adv = [[0.0] * len(t.prompt_ids) + [a] * len(t.response_ids) for t, a in zip(trajs, advantages)]
-    return TrainBatch(
-        input_ids=right_pad(rows, pad_id, torch.long),
-        attention_mask=right_pad([[1] * len(r) for r in rows], 0, torch.long),
-        response_mask=right_pad(resp, 0.0, torch.float32),
-        old_logprobs=right_pad(old, 0.0, torch.float32),
-        advantages=right_pad(adv, 0.0, torch.float32),
-    )
+    return padded_train_batch(rows, resp, old, adv, pad_id)
 
 
 def causal_train_batch(trajs: list[Trajectory], advantages: list[float], pad_id: int) -> TrainBatch:

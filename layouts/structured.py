@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import torch
-
 from contract.batch import ExecutionRecord, SFTBatch, TrainBatch, Trajectory
 from layouts.masks import pack_records
-from layouts.pad import right_pad
+from layouts.pad import padded_sft_batch, padded_train_batch
 from layouts.records import record_of
 from layouts.reprefill import expand_reprefill
 from layouts.teacher import teacher_record
@@ -55,11 +53,7 @@ def structured_sft_batch(
         rows.append(row)
         loss.append([float(s) for s in rec.sampled])
         records.append(rec)
-    batch = SFTBatch(
-        right_pad(rows, tokenizer.pad_token_id, torch.long),
-        right_pad([[1] * len(r) for r in rows], 0, torch.long),
-        right_pad(loss, 0.0, torch.float32),
-    )
+    batch = padded_sft_batch(rows, loss, tokenizer.pad_token_id)
     return _with_layout(batch, records)
 
 
@@ -83,11 +77,5 @@ def structured_train_batch(trajs: list[Trajectory], advantages: list[float], pad
         old.append([x * k for x, k in zip(lp, keep)])
         adv.append([a * k for k in keep])
         records.append(rec)
-    batch = TrainBatch(
-        input_ids=right_pad(rows, pad_id, torch.long),
-        attention_mask=right_pad([[1] * len(r) for r in rows], 0, torch.long),
-        response_mask=right_pad(loss, 0.0, torch.float32),
-        old_logprobs=right_pad(old, 0.0, torch.float32),
-        advantages=right_pad(adv, 0.0, torch.float32),
-    )
+    batch = padded_train_batch(rows, loss, old, adv, pad_id)
     return _with_layout(batch, records)

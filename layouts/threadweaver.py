@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from contract.batch import TrainBatch, Trajectory
-from layouts.pad import right_pad
+from layouts.pad import padded_train_batch
 from layouts.records import record_of
 
 
@@ -44,10 +44,4 @@ def threadweaver_train_batch(trajs: list[Trajectory], advantages: list[float], p
             resp.append([float(o) for o in own])
             old.append([lp[c] if o else 0.0 for c, o in zip(cols, own)])
             adv.append([a if o else 0.0 for o in own])
-    return TrainBatch(
-        input_ids=right_pad(ids, pad_id, torch.long),
-        attention_mask=right_pad([[1] * len(r) for r in ids], 0, torch.long),
-        response_mask=right_pad(resp, 0.0, torch.float32),
-        old_logprobs=right_pad(old, 0.0, torch.float32),
-        advantages=right_pad(adv, 0.0, torch.float32),
-    )  # causal rows, positions 0..n-1: a join row is re-read flat, as ThreadWeaver's engine re-prefills it
+    return padded_train_batch(ids, resp, old, adv, pad_id)  # causal rows, positions 0..n-1: a join row is re-read flat, as ThreadWeaver's engine re-prefills it

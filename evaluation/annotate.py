@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from formats import PATH, SUBTASK, TRIAL, Block, Branch, Trajectory, canonical_nodes, get_spec, parse, render
+from formats import PATH, SUBTASK, TRIAL, Block, Branch, Tree, canonical_nodes, get_spec, parse, render
 
 __all__ = ["ANNOTATOR_PROMPT", "add_cli", "annotate_trace", "convert", "parse_label", "stages", "taxonomy"]
 
@@ -51,8 +51,8 @@ def _text(body: Sequence) -> str:
     return "".join(body)
 
 
-def _r1_to_parason(tree: Trajectory, labels: Sequence[Sequence[tuple[str, str | None]]] | None,
-                   default_kind: str) -> Trajectory:
+def _r1_to_parason(tree: Tree, labels: Sequence[Sequence[tuple[str, str | None]]] | None,
+                   default_kind: str) -> Tree:
     nodes: list = []
     carry = None  # the summary waiting to open the next main-chain text
     bi = 0
@@ -76,10 +76,10 @@ def _r1_to_parason(tree: Trajectory, labels: Sequence[Sequence[tuple[str, str | 
             if text:
                 nodes.append(text)
             carry = None
-    return Trajectory(canonical_nodes(nodes))
+    return Tree(canonical_nodes(nodes))
 
 
-def _parason_to_r1(tree: Trajectory) -> Trajectory:
+def _parason_to_r1(tree: Tree) -> Tree:
     nodes: list = []
     items = list(tree.nodes)
     i = 0
@@ -96,7 +96,7 @@ def _parason_to_r1(tree: Trajectory) -> Trajectory:
         else:
             nodes.append(node)
             i += 1
-    return Trajectory(canonical_nodes(nodes))
+    return Tree(canonical_nodes(nodes))
 
 
 def convert(text: str, src: str, dst: str, labels: Sequence[Sequence[tuple[str, str | None]]] | None = None,
@@ -123,7 +123,7 @@ def stages(text: str, fmt: str) -> list[list[str]]:
         for n in nodes:
             if isinstance(n, Block):
                 spec = get_spec(fmt)
-                out.append([render(Trajectory(tuple(b.body)), spec) for b in n.branches])
+                out.append([render(Tree(tuple(b.body)), spec) for b in n.branches])
                 for b in n.branches:
                     walk(b.body)
 

@@ -16,7 +16,7 @@ Public API
 ----------
 Spec:      ``FormatSpec``, ``PARALLEL_R1``, ``PARASON``, ``get_spec(name, **overrides)``,
            ``ALL_SPECIAL_TOKENS`` (every tag of both default formats, for the tokenizer).
-Tree:      ``Trajectory(nodes)`` of ``str`` and ``Block(branches, summary, gaps)``;
+Tree:      ``Tree(nodes)`` of ``str`` and ``Block(branches, summary, gaps)``;
            ``Branch(kind, body, outline)`` with kind ``PATH`` / ``SUBTASK`` (AND) / ``TRIAL`` (OR).
 Parse:     ``parse(text, spec, strict=True, tokenizer=None) -> ParseResult`` (``.ok``, ``.status``
            in ``STATUSES``, ``.tree``, ``.error: ParseError`` with code, message, char and token
@@ -53,7 +53,7 @@ from formats.headers import THREAD_HEADER_SEP, thread_header, with_thread_header
 from formats.metrics import METRIC_FIELDS, Metrics, compute_metrics, text_stats
 from formats.parser import STATUSES, ParseError, ParseResult, final_segment, parse, render
 from formats.spec import ALL_SPECIAL_TOKENS, FORMAT_NAMES, PARALLEL_R1, PARASON, FormatSpec, get_spec
-from formats.tree import BRANCH_KINDS, PATH, SUBTASK, TRIAL, Block, Branch, Trajectory, canonical_nodes
+from formats.tree import BRANCH_KINDS, PATH, SUBTASK, TRIAL, Block, Branch, Tree, canonical_nodes
 
 __all__ = [
     "ALL_SPECIAL_TOKENS",
@@ -74,7 +74,7 @@ __all__ = [
     "Metrics",
     "ParseError",
     "ParseResult",
-    "Trajectory",
+    "Tree",
     "canonical_nodes",
     "compile_grammar",
     "compute_metrics",

@@ -8,7 +8,7 @@ write the same header (`with_thread_headers`), so SFT teaches threads to continu
 
 from __future__ import annotations
 
-from formats.tree import Block, Branch, Trajectory
+from formats.tree import Block, Branch, Tree
 
 THREAD_HEADER_SEP = "\n"  # ends a thread header; a newline never merges with text tokens either side
 
@@ -22,7 +22,7 @@ def thread_header(outline: str) -> str:
     return outline + THREAD_HEADER_SEP
 
 
-def with_thread_headers(tree: Trajectory) -> Trajectory:
+def with_thread_headers(tree: Tree) -> Tree:
     """`tree` with every Parason thread body starting with its header (nested blocks too).
 
     Idempotent: a body that already starts with its header is kept."""
@@ -39,4 +39,4 @@ def with_thread_headers(tree: Trajectory) -> Trajectory:
             branches.append(Branch(br.kind, body, br.outline))
         return Block(tuple(branches), b.summary, b.gaps)
 
-    return Trajectory(nodes(tree.nodes))
+    return Tree(nodes(tree.nodes))

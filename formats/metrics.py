@@ -57,7 +57,7 @@ from formats.parser import ParseResult, _default_token_offset, parse
 from formats.render import render
 from formats.scan import _compiled
 from formats.spec import FormatSpec, resolve_spec
-from formats.tree import Trajectory
+from formats.tree import Tree
 from formats.units import (
     _default_count,
     _encode_counter,
@@ -74,7 +74,7 @@ __all__ = ["METRIC_FIELDS", "Metrics", "compute_metrics", "text_stats"]
 
 @dataclass(slots=True)
 class Metrics:
-    """Trajectory metrics; see the module docstring for exact definitions."""
+    """Tree metrics; see the module docstring for exact definitions."""
 
     total_tokens: int
     critical_path_tokens: int
@@ -102,7 +102,7 @@ METRIC_FIELDS = tuple(Metrics.__dataclass_fields__)
 
 
 def compute_metrics(
-    tree: Trajectory | ParseResult,
+    tree: Tree | ParseResult,
     spec: FormatSpec | str = "parason",
     tokenizer=None,
     *,

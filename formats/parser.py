@@ -1,4 +1,4 @@
-"""Parser: text -> :class:`~formats.tree.Trajectory`, strict or lenient; renderer: tree -> text.
+"""Parser: text -> :class:`~formats.tree.Tree`, strict or lenient; renderer: tree -> text.
 
 One split of the text at the format's tag strings drives an explicit state machine with a stack
 (:mod:`formats.scan`; no recursion, no per-character Python loop).  The parser never raises on any
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from formats.render import render
 from formats.scan import GAP_CHARS, _Compiled, _compiled, scan
 from formats.spec import FormatSpec, resolve_spec
-from formats.tree import Block, Trajectory
+from formats.tree import Block, Tree
 
 # _WS_TABLE, _words, part_words and _compiled stay importable from here for existing callers
 from formats.units import _WS_TABLE, _encode_len, _token_starts, _words, part_words, split_tags  # noqa: F401
@@ -100,7 +100,7 @@ class ParseResult:
     """
 
     status: str
-    tree: Trajectory | None
+    tree: Tree | None
     error: ParseError | None
     prefix_end: int
     _text: str | None = field(default=None, repr=False, compare=False)
@@ -123,9 +123,9 @@ def parse(
     comp = _compiled(resolve_spec(spec))
     if not isinstance(text, str):
         err = ParseError("not_a_string", f"expected str, got {type(text).__name__}", 0, 0)
-        return ParseResult("malformed", Trajectory(()) if not strict else None, err, 0)
+        return ParseResult("malformed", Tree(()) if not strict else None, err, 0)
     parts, words, out = scan(text, comp)
-    if type(out) is Trajectory:
+    if type(out) is Tree:
         return ParseResult("ok", out, None, len(text), text, parts, words)
     pos = _offset(parts, out.k)
     if tokenizer is None:
@@ -141,7 +141,7 @@ def parse(
         top_last = _offset(parts, out.last_k)
         if prefix_end > top_last:
             nodes.append(text[top_last:prefix_end])
-        tree = Trajectory(tuple(nodes))
+        tree = Tree(tuple(nodes))
     return ParseResult(out.status, tree, err, prefix_end)
 
 
@@ -170,11 +170,11 @@ def _token_offset(text: str, pos: int, comp: _Compiled, tokenizer) -> int:
         return _default_token_offset(text, pos, comp)
 
 
-def final_segment(tree: Trajectory | str, spec: FormatSpec | str = "parason") -> str | None:
+def final_segment(tree: Tree | str, spec: FormatSpec | str = "parason") -> str | None:
     """Main-chain text after the last top-level parallel block closes (where answers live).
 
     ``""`` when the trajectory ends with a block; the whole text when it has no block.  Accepts
-    a :class:`Trajectory` or a text (parsed strictly with ``spec``; ``None`` if it is invalid).
+    a :class:`Tree` or a text (parsed strictly with ``spec``; ``None`` if it is invalid).
     """
     if isinstance(tree, str):
         res = parse(tree, spec)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from formats.spec import FormatSpec, resolve_spec
-from formats.tree import PATH, SUBTASK, TRIAL, Block, Trajectory
+from formats.tree import PATH, SUBTASK, TRIAL, Block, Tree
 
 __all__ = ["render"]
 
 
-def render(tree: Trajectory, spec: FormatSpec | str = "parason") -> str:
+def render(tree: Tree, spec: FormatSpec | str = "parason") -> str:
     """Render a tree back to text (exact inverse of :func:`formats.parse` on canonical trees).
 
     The renderer does not validate branch counts or depth (parse the result to check), but

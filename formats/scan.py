@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from formats.spec import FormatSpec
-from formats.tree import PATH, SUBTASK, TRIAL, Block, Branch, Trajectory
+from formats.tree import PATH, SUBTASK, TRIAL, Block, Branch, Tree
 from formats.units import split_tags
 
 #: Characters allowed between structural tags inside a block.
@@ -112,7 +112,7 @@ class _Failure:
     last_k: int  # first part not consumed at top level
 
 
-def scan(text: str, comp: _Compiled) -> tuple[list[str], list[int] | None, Trajectory | _Failure]:
+def scan(text: str, comp: _Compiled) -> tuple[list[str], list[int] | None, Tree | _Failure]:
     """``(parts, words, tree or failure)``; ``words`` as from :func:`formats.units.split_tags`."""
     parts, words = split_tags(text, comp.tag_tuple, comp.split)
     out = _scan_parason(parts, comp) if comp.parason else _scan_r1(parts, comp)
@@ -125,7 +125,7 @@ def _end(parts: list[str], comp: _Compiled, state: int, top: list, top_k: int, l
     if top_k < 0:
         if piece:
             top.append(piece)
-        return Trajectory(tuple(top))
+        return Tree(tuple(top))
     n = len(parts)
     if state in (_SEQ, _IN_PATH, _IN_SUM, _IN_ENTRY):
         msg = "input ends inside an open branch/content element"

@@ -1,6 +1,6 @@
-"""Trajectory trees: sequential text segments and parallel blocks with typed branches.
+"""Trajectory trees (`Tree`): sequential text segments and parallel blocks with typed branches.
 
-A trajectory is a :class:`Trajectory` whose ``nodes`` alternate between plain text (``str``,
+A trajectory is a :class:`Tree` whose ``nodes`` alternate between plain text (``str``,
 the sequential main chain) and :class:`Block` (one ``<Parallel>...</Parallel>`` region).
 
 Tree classes are slotted dataclasses compared and hashed by value.  Treat them as immutable (they
@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
-    "BRANCH_KINDS", "PATH", "SUBTASK", "TRIAL", "Block", "Branch", "Node", "Trajectory", "canonical_nodes", "gap_count",
+    "BRANCH_KINDS", "PATH", "SUBTASK", "TRIAL", "Block", "Branch", "Node", "Tree", "canonical_nodes", "gap_count",
 ]
 
 #: Parallel-R1 branch kind (a ``<Path>``).
@@ -68,7 +68,7 @@ class Block:
 
 
 @dataclass(slots=True, unsafe_hash=True)
-class Trajectory:
+class Tree:
     """A whole trajectory: the top-level node sequence."""
 
     nodes: tuple[Node, ...] = ()

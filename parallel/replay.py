@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from formats import SUBTASK, Trajectory, get_spec, render
+from formats import SUBTASK, Tree, get_spec, render
 from parallel.base import RowView
 
 
@@ -61,7 +61,7 @@ class Replay:
         return out
 
 
-def role_scripts(tree: Trajectory, fmt: str, tok) -> dict[tuple, list[int]]:
+def role_scripts(tree: Tree, fmt: str, tok) -> dict[tuple, list[int]]:
     """Split a canonical (gap-free) trace into what each executed request emits, keyed by role."""
     spec = get_spec(fmt)
     out: dict[tuple, str] = {}
@@ -91,6 +91,6 @@ def role_scripts(tree: Trajectory, fmt: str, tok) -> dict[tuple, list[int]]:
     return {role: tok.encode(text, add_special_tokens=False) for role, text in out.items()}
 
 
-def sequential_script(tree: Trajectory, fmt: str, tok) -> dict[tuple, list[int]]:
+def sequential_script(tree: Tree, fmt: str, tok) -> dict[tuple, list[int]]:
     """The whole trace as the script of the one sequential request."""
     return {(): tok.encode(render(tree, fmt), add_special_tokens=False)}

@@ -29,7 +29,7 @@ from formats import (
     TRIAL,
     Block,
     FormatSpec,
-    Trajectory,
+    Tree,
     render,
     thread_header,
 )
@@ -79,22 +79,22 @@ def render_serial(sol: Solution, answer_line: bool = True) -> str:
     return " ".join([p.work for p in sol.parts] + [sol.merge]) + (final_line(sol.answer) if answer_line else "")
 
 
-def parallel_r1_tree(sol: Solution, answer_line: bool = True) -> Trajectory:
+def parallel_r1_tree(sol: Solution, answer_line: bool = True) -> Tree:
     """One block: a Path per part, the merge as its Summary, then the answer line."""
     _check_text(sol)
     paths = tuple(FormatBranch(PATH, (p.work,)) for p in sol.parts)
     tail = (final_line(sol.answer),) if answer_line else ()
-    return Trajectory((Block(paths, summary=sol.merge), *tail))
+    return Tree((Block(paths, summary=sol.merge), *tail))
 
 
-def parason_tree(sol: Solution, answer_line: bool = True) -> Trajectory:
+def parason_tree(sol: Solution, answer_line: bool = True) -> Tree:
     """One block: a Subtask (AND) or Trial (OR) entry and a Thread per part, each thread opening
     with its entry's header; the merge then continues the main chain after the block."""
     _check_text(sol)
     kind = _PARASON_KIND[sol.kind]
     threads = tuple(FormatBranch(kind, (thread_header(p.outline) + p.work,), outline=p.outline)
                     for p in sol.parts)
-    return Trajectory((Block(threads), sol.merge + (final_line(sol.answer) if answer_line else "")))
+    return Tree((Block(threads), sol.merge + (final_line(sol.answer) if answer_line else "")))
 
 
 def render_parallel_r1(sol: Solution, spec: FormatSpec = PARALLEL_R1, answer_line: bool = True) -> str:

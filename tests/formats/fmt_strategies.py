@@ -7,7 +7,7 @@ import re
 
 from hypothesis import strategies as st
 
-from formats import PATH, SUBTASK, TRIAL, Block, Branch, FormatSpec, Trajectory, canonical_nodes
+from formats import PATH, SUBTASK, TRIAL, Block, Branch, FormatSpec, Tree, canonical_nodes
 
 # Fragments chosen to stress the content alphabet rule: '<', '>', partial tags, tag names
 # without brackets, tags of the *other* format, multi-byte characters, whitespace of all kinds.
@@ -93,9 +93,9 @@ def r1_seq(draw, spec: FormatSpec):
 
 
 def trees(spec: FormatSpec):
-    """Canonical :class:`Trajectory` trees of ``spec``'s format."""
+    """Canonical :class:`Tree` trees of ``spec``'s format."""
     seq = parason_seq(spec, 0) if spec.is_parason else r1_seq(spec)
-    return seq.map(Trajectory)
+    return seq.map(Tree)
 
 
 # --------------------------------------------------------------------------- mutations

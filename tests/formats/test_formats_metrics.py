@@ -4,7 +4,7 @@ from fractions import Fraction
 
 import pytest
 
-from formats import Trajectory, compute_metrics, get_spec, parse, text_stats
+from formats import Tree, compute_metrics, get_spec, parse, text_stats
 
 EXAMPLE = (
     "First. <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>"
@@ -169,7 +169,7 @@ def test_metrics_dict_roundtrip():
 
 
 def test_sequential_tree_from_constructor():
-    m = compute_metrics(Trajectory(("a b",)), "parason")
+    m = compute_metrics(Tree(("a b",)), "parason")
     assert (m.total_tokens, m.critical_path_tokens, m.has_parallel) == (2, 2, False)
 
 
@@ -180,12 +180,12 @@ def test_tree_the_parser_rejects_uses_the_reference_walker():
     m = compute_metrics(tree, tight)
     assert m == compute_metrics(tree, "parallel_r1") == compute_metrics(tree, tight, _generic=True)
     # a text node holding a tag string (its rendering does not parse): walked as given, 3 words
-    odd = Trajectory(("a <Parallel> b",))
+    odd = Tree(("a <Parallel> b",))
     assert compute_metrics(odd, "parason").total_tokens == 3
 
 
 def test_non_canonical_tree_is_measured_as_its_rendering():
     # adjacent text nodes merge when rendered: "a" + "b" is one word, as in the text "ab"
-    m = compute_metrics(Trajectory(("a", "", "b")), "parason")
+    m = compute_metrics(Tree(("a", "", "b")), "parason")
     assert m == compute_metrics(parse("ab").tree, "parason")
     assert m.total_tokens == 1

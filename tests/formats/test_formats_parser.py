@@ -9,7 +9,7 @@ from formats import (
     TRIAL,
     Block,
     Branch,
-    Trajectory,
+    Tree,
     final_segment,
     get_spec,
     parse,
@@ -36,7 +36,7 @@ R1 = (
 def test_example_tree():
     r = parse(EXAMPLE, "parason")
     assert r.ok and r.status == "ok" and r.error is None and r.prefix_end == len(EXAMPLE)
-    assert r.tree == Trajectory(
+    assert r.tree == Tree(
         (
             "First. ",
             Block(
@@ -56,7 +56,7 @@ def test_nested_tree():
     r = parse(NESTED, "parason")
     assert r.ok
     inner = Block((Branch(SUBTASK, ("cc",), "c"), Branch(SUBTASK, ("dd",), "d")))
-    assert r.tree == Trajectory(
+    assert r.tree == Tree(
         (
             "Go ",
             Block(
@@ -73,7 +73,7 @@ def test_nested_tree():
 def test_r1_tree_with_gaps_and_empty_path():
     r = parse(R1, "parallel_r1")
     assert r.ok
-    assert r.tree == Trajectory(
+    assert r.tree == Tree(
         (
             "Q: 2+2?\n",
             Block(
@@ -114,11 +114,11 @@ def test_valid_round_trip(text, fmt):
 
 
 def test_final_segment_cases():
-    assert final_segment(Trajectory(())) == ""
-    assert final_segment(Trajectory(("all text",))) == "all text"
+    assert final_segment(Tree(())) == ""
+    assert final_segment(Tree(("all text",))) == "all text"
     b = Block((Branch(PATH, ("a",)), Branch(PATH, ("b",))), "s")
-    assert final_segment(Trajectory(("pre", b))) == ""
-    assert final_segment(Trajectory(("pre", b, "mid", b, " #### 3"))) == " #### 3"
+    assert final_segment(Tree(("pre", b))) == ""
+    assert final_segment(Tree(("pre", b, "mid", b, " #### 3"))) == " #### 3"
     # from text
     assert final_segment(EXAMPLE, "parason") == " 12+30=42 #### 42"
     assert final_segment(EXAMPLE[:-5], "parason") == " 12+30=42 ##"
@@ -233,7 +233,7 @@ def test_custom_tags():
     assert r.ok
     assert r.tree.nodes[1].branches[1] == Branch(TRIAL, ("y",), "b")
     assert render(r.tree, spec) == text
-    assert parse(EXAMPLE, spec).tree == Trajectory((EXAMPLE,))  # default tags are plain text there
+    assert parse(EXAMPLE, spec).tree == Tree((EXAMPLE,))  # default tags are plain text there
 
 
 def test_non_string_input():
@@ -255,11 +255,11 @@ def test_lenient_prefix_tree():
     assert r.tree.nodes[-1] == " mid "
     # a stray tag at top level: prefix ends at the tag
     r = parse("abc </Summary> def", "parallel_r1", strict=False)
-    assert r.prefix_end == 4 and r.tree == Trajectory(("abc ",))
+    assert r.prefix_end == 4 and r.tree == Tree(("abc ",))
     # malformed inside a nested block: prefix ends at the outermost open block
     bad = "x " + NESTED.replace("<Thread>dd</Thread>", "")
     r = parse(bad, "parason", strict=False)
-    assert r.status == "malformed" and r.prefix_end == 5 and r.tree == Trajectory(("x Go ",))
+    assert r.status == "malformed" and r.prefix_end == 5 and r.tree == Tree(("x Go ",))
 
 
 def test_every_prefix_of_valid_text_is_truncation_or_ok():
@@ -273,16 +273,16 @@ def test_every_prefix_of_valid_text_is_truncation_or_ok():
 def test_render_rejects_bad_trees():
     with pytest.raises(ValueError):
         render(
-            Trajectory((Block((Branch(PATH, ("a",)), Branch(PATH, ("b",))), "s", ("", "")),)), "parallel_r1"
+            Tree((Block((Branch(PATH, ("a",)), Branch(PATH, ("b",))), "s", ("", "")),)), "parallel_r1"
         )
     with pytest.raises(ValueError):
-        render(Trajectory((Block((Branch(PATH, ("a",)), Branch(PATH, ("b",))), "s"),)), "parason")
+        render(Tree((Block((Branch(PATH, ("a",)), Branch(PATH, ("b",))), "s"),)), "parason")
     with pytest.raises(ValueError):
         render(
-            Trajectory((Block((Branch(SUBTASK, ("a",), "o"), Branch(TRIAL, ("b",), "p"))),)), "parallel_r1"
+            Tree((Block((Branch(SUBTASK, ("a",), "o"), Branch(TRIAL, ("b",), "p"))),)), "parallel_r1"
         )
     with pytest.raises(ValueError):
-        render(Trajectory((3,)), "parason")  # type: ignore[arg-type]
+        render(Tree((3,)), "parason")  # type: ignore[arg-type]
 
 
 def test_tree_equality_and_hash():

@@ -151,8 +151,7 @@ def test_teacher_trace_with_gaps_between_threads_is_refused(lm) -> None:
 
 def test_nested_parason_block_record_equals_executor_record(lm) -> None:
     from contract.config import ExecutorConfig
-    from formats import SUBTASK, Block, Branch, render, with_thread_headers
-    from formats import Trajectory as Tree
+    from formats import SUBTASK, Block, Branch, Tree, render, with_thread_headers
     from parallel.kv import KVExecutor
 
     model, tok = lm

@@ -19,7 +19,7 @@ from formats import (
     TRIAL,
     Block,
     Branch,
-    Trajectory,
+    Tree,
     parse,
     render,
     thread_header,
@@ -50,9 +50,9 @@ def lm(tiny_model_path):
     return model, AutoTokenizer.from_pretrained(tiny_model_path)
 
 
-def nested_tree() -> Trajectory:
+def nested_tree() -> Tree:
     inner = Block((Branch(TRIAL, ("x=2 no",), "x=2"), Branch(TRIAL, ("x=3 yes, a long one",), "x=3")))
-    return with_thread_headers(Trajectory(("Go. ", Block((Branch(SUBTASK, ("a=1 ", inner, " so a=3"), "a"),
+    return with_thread_headers(Tree(("Go. ", Block((Branch(SUBTASK, ("a=1 ", inner, " so a=3"), "a"),
                                                          Branch(SUBTASK, ("b=2",), "b"))), " a+b=5 #### 5")))
 
 
@@ -149,7 +149,7 @@ def _tok_len(tok, text: str) -> int:
     return len(tok.encode(text, add_special_tokens=False))
 
 
-LONG = with_thread_headers(Trajectory(("Go. ", Block((Branch(SUBTASK, ("1*2*3*4*5*6*7*8=40320",), "p"),
+LONG = with_thread_headers(Tree(("Go. ", Block((Branch(SUBTASK, ("1*2*3*4*5*6*7*8=40320",), "p"),
                                                      Branch(SUBTASK, ("2",), "q"), Branch(TRIAL, ("3",), "r"))),
                                        " done #### 1")))
 

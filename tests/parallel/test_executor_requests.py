@@ -371,8 +371,7 @@ def test_sft_on_teacher_traces_trains_the_layout_the_request_executor_runs(engin
 def test_every_trajectory_cap_finishes_cleanly_when_eos_and_a_banned_tag_meet_it(engine):
     """Thread 0 samples EOS (closing it), thread 1 draws a banned nested block (cut, redrawn): whatever
     the trajectory cap, every request is settled and the trajectory ends with a parsable text."""
-    from formats import SUBTASK, Block, Branch
-    from formats import Trajectory as Tree
+    from formats import SUBTASK, Block, Branch, Tree
 
     tok, eos = engine.tokenizer, engine.tokenizer.eos_token_id
     tree = Tree(("Go. ", Block((Branch(SUBTASK, ("x",), "x"), Branch(SUBTASK, ("y",), "y"))), " done"))

@@ -140,3 +140,32 @@ def test_paper_experiments_set_each_value_at_one_level(name):
     if any("rollout_n" in s for s in stages):
         assert "n" not in rollout
     assert "sft_batch_size" not in trainer or not any("batch_size" in s for s in stages)
+
+
+def _leaves(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            yield from _leaves(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+@pytest.mark.parametrize("name", CPU + [f"paper/{p}" for p in PAPER])
+def test_an_experiment_holds_only_what_differs_from_its_defaults(name):
+    """Every value an experiment file sets changes the composed config: nothing restates a default."""
+    import yaml
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    raw = yaml.safe_load((CONF / "experiment" / f"{name}.yaml").read_text())
+    groups = [f"{k.removeprefix('override /')}={v}" for d in raw.pop("defaults", []) for k, v in d.items()]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        base = OmegaConf.to_container(compose("config", overrides=[*groups, "run_dir=/tmp/x"]), resolve=False)
+    same = []
+    for key, value in _leaves(raw):
+        node = base
+        for part in key.split("."):
+            node = node.get(part, KeyError) if isinstance(node, dict) else KeyError
+        if node is not KeyError and node == value:
+            same.append(f"{key}={value!r}")
+    assert not same, f"experiment/{name}.yaml restates defaults: {same}"

@@ -22,7 +22,7 @@ backend's own mask is materialised:
   compiled forward is 1.3x slower than block_sparse_sdpa at L=4096 on the tiny model
   (``bench/bench_masks.py flex-cpu``; the BlockMask is 16 KiB against the dense mask's 16 MiB).
 
-Packed SFT rows (orchestrator/data.py ``pack_sft_batch``) use the same tensors: each example is its
+Packed SFT rows (layouts/packing.py ``pack_sft_batch``) use the same tensors: each example is its
 own segments, invisible to the other examples of its row.
 
 Scoring must also know *which logits predict which token*: the first token of a branch is

@@ -35,7 +35,7 @@ def structured_sft_batch(
 ) -> SFTBatch:
     """Prompt + teacher trace + EOS with the layout the executor would run (`mode`), completion-only loss.
 
-    Same token rows as ``orchestrator.data.sft_batch``. The loss covers the tokens the engine will
+    Same token rows as ``layouts.causal.sft_batch``. The loss covers the tokens the engine will
     *sample* (forced tags are written by the executor, never by the model) unless `loss_on_forced`.
     `reprefill`: the layout the request executor runs (rollout.executor.dispatch=requests, vLLM):
     the same segments and visibility, but every request re-reads its context as text, so the rows

@@ -1,0 +1,252 @@
+"""Smoke tests: every `bench/*.py` script at a tiny size, so a change that breaks a benchmark breaks CI.
+
+Each script runs as a subprocess from the repository root (as its docstring says to run it), and
+its last stdout line that parses as a JSON object is checked: the "bench" name, the keys, the sizes
+asked for, and an invariant the benchmark itself stands on (both paths wrote the same tokens, a
+logprob difference below a tolerance, every completion as long as requested, ...). No timings are
+checked beyond being positive.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TAIL = 3000  # characters of stdout / stderr shown when a check fails
+TOL = 1e-4  # max |logprob difference| of two paths that must agree
+
+
+@dataclass
+class Run:
+    cmd: list[str]
+    stdout: str
+    stderr: str
+    result: dict
+
+    def why(self, what: str = "") -> str:
+        """An assertion message: what failed, the JSON record, and the tail of the output."""
+        return (f"{what}\ncmd: {' '.join(self.cmd)}\nresult: {json.dumps(self.result)[:TAIL]}\n"
+                f"--- stdout (tail) ---\n{self.stdout[-TAIL:]}\n--- stderr (tail) ---\n{self.stderr[-TAIL:]}")
+
+
+def _text(b) -> str:
+    return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+
+
+def _last_json(stdout: str) -> dict | None:
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                return obj
+    return None
+
+
+def bench(script: str, *args: str, timeout: float = 300, tmp: Path | None = None) -> Run:
+    """Run `bench/<script>` with `args`; fail with the output's tail unless it exits 0 with a JSON line.
+
+    `tmp`: the script's TMPDIR, for scripts that leave their tiny model in a `tempfile.mkdtemp`
+    (pytest then prunes it). Not for bench_peer (Ray puts its socket paths there: length limit)
+    nor flex-cpu (inductor's compile cache lives under the default temp dir).
+    """
+    cmd = [sys.executable, str(ROOT / "bench" / script), *args]
+    env = dict(os.environ, WANDB_MODE="disabled", WANDB_SILENT="true", TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
+    env.pop("RAY_ADDRESS", None)  # bench_peer starts its own local Ray
+    # Own session: on a timeout the whole group (model workers, Ray daemons) is killed.
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # it ended meanwhile
+            pass
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            out, err = "", ""
+        run = Run(cmd, _text(out), _text(err), {})
+        pytest.fail(run.why(f"{script} timed out after {timeout} s"))
+    run = Run(cmd, out, err, _last_json(out) or {})
+    if proc.returncode != 0:
+        pytest.fail(run.why(f"{script} exited with {proc.returncode}"))
+    if not run.result:
+        pytest.fail(run.why(f"{script} printed no JSON object line"))
+    return run
+
+
+def check(run: Run, bench_name: str, keys) -> dict:
+    r = run.result
+    assert r.get("bench") == bench_name, run.why(f"bench name {r.get('bench')!r} != {bench_name!r}")
+    missing = set(keys) - set(r)
+    assert not missing, run.why(f"missing keys {sorted(missing)}")
+    return r
+
+
+def test_bench_decode(tmp_path):
+    rows, tokens = [1, 2], [4, 8]
+    run = bench("bench_decode.py", "--rows", *map(str, rows), "--tokens", *map(str, tokens),
+                "--repeat", "1", "--threads", "1", tmp=tmp_path)
+    # The script itself asserts that the copy-free and transformers paths wrote the same tokens.
+    r = check(run, "decode", ("load", "threads", "rows"))
+    assert [(x["rows"], x["new_tokens"]) for x in r["rows"]] == list(itertools.product(rows, tokens)), run.why()
+    for x in r["rows"]:
+        assert x["s_transformers"] >= 0 and x["s_copy_free"] >= 0, run.why()
+        assert x["ratio"] > 0 and x["tok_s_copy_free"] > 0, run.why("no tokens decoded")
+
+
+def test_bench_executor(tmp_path):
+    run = bench("bench_executor.py", "--n", "2", "--batch", "2", "--repeat", "1", "--difficulty", "1",
+                "--hidden", "32", "--layers", "1", "--sampled-tokens", "8", "--threads", "1", tmp=tmp_path)
+    # The script asserts that executed and sequential modes wrote the same tokens.
+    r = check(run, "executor", ("device", "n", "rows"))
+    assert r["n"] == 2 and [x["batch"] for x in r["rows"]] == [2], run.why()
+    x = r["rows"][0]
+    keys = ("token_speedup", "step_speedup", "wall_speedup", "cpu_speedup", "device_speedup",
+            "realisation_vs_device", "rows_per_step_exec", "grammar_mask_over_decode",
+            "grammar_full_mask_over_decode", "grammar_refused", "sampled_refused")
+    assert set(keys) <= set(x), run.why("missing row keys")
+    assert x["token_speedup"] > 1, run.why("executed mode has no parallel branches")
+    assert x["step_speedup"] >= 1 and x["rows_per_step_exec"] >= 1, run.why()
+    assert all(x[k] > 0 for k in ("wall_speedup", "cpu_speedup", "device_speedup")), run.why()
+    assert x["grammar_refused"] == 0.0, run.why("the grammar refused a replayed teacher trace")
+    assert x["grammar_mask_over_decode"] is not None and x["grammar_full_mask_over_decode"] is not None, run.why()
+    assert 0 <= x["sampled_refused"] <= 1, run.why()
+
+
+def test_bench_formats():
+    n = 20
+    run = bench("bench_formats.py", "--n", str(n), "--tokens", "200", "--repeat", "1")
+    r = check(run, "formats", ("trajectories", "valid", "avg_units", "corpus_mb", "traj_per_s",
+                                "traj_per_cpu_s", "speedups"))
+    assert r["trajectories"] == n, run.why()
+    assert n // 2 <= r["valid"] <= n, run.why("most synthetic trajectories must parse")  # ~10% truncated
+    assert r["avg_units"] > 0 and r["corpus_mb"] > 0 and r["traj_per_s"] > 0, run.why()
+    assert isinstance(r["speedups"], bool), run.why()
+
+
+def test_bench_masks_step():
+    L = 64
+    run = bench("bench_masks.py", "step", "--lengths", str(L), "--steps", "1", "--threads", "1")
+    r = check(run, "masks_step", ("threads", "steps", "rows"))
+    assert [x["layout"] for x in r["rows"]] == ["causal", "structured", "naive"], run.why()
+    assert all(x["L"] == L for x in r["rows"]), run.why()
+    assert len({x["segments"] for x in r["rows"]}) == 1 and r["rows"][0]["segments"] > 1, run.why()
+    assert r["rows"][0]["vs_causal"] == 1.0, run.why()
+    assert all(x["step_s"] > 0 and x["peak_mib"] >= 0 for x in r["rows"]), run.why()
+    assert r["rows"][2]["mask_build_s"] > 0, run.why("the naive mask was not built")
+
+
+def test_bench_masks_consistency(tmp_path):
+    run = bench("bench_masks.py", "consistency", "--n", "1", tmp=tmp_path)
+    r = check(run, "masks_consistency", ("max_abs_diff",))
+    d = r["max_abs_diff"]
+    expect = {f"{f}/{m}/{lay}" for f in ("parason", "parallel_r1") for m in ("executed", "sequential")
+              for lay in ("structured", "causal", "threadweaver")}
+    assert set(d) == expect, run.why()
+    for key, v in d.items():
+        fmt, mode, layout = key.split("/")
+        if layout == "structured" or mode == "sequential":  # the learner reproduces the engine's logprobs
+            assert v < TOL, run.why(f"{key}: learner vs engine max |dlogp| {v} >= {TOL}")
+    for fmt in ("parason", "parallel_r1"):  # executed branches scored causally are not on-policy
+        assert d[f"{fmt}/executed/causal"] > 1e-3, run.why(f"{fmt}: executed records look sequential")
+
+
+def test_bench_masks_sft_packing(tmp_path):
+    run = bench("bench_masks.py", "sft-packing", "--batch", "4", "--micro-batch-size", "2",
+                "--pack-lengths", "128", "--steps", "1", "--threads", "1", tmp=tmp_path)
+    r = check(run, "sft_packing", ("batch", "micro_batch_size", "steps", "rows"))
+    assert r["batch"] == 4 and r["steps"] == 1, run.why()
+    rows = {(x["layout"], x["variant"]): x for x in r["rows"]}
+    assert set(rows) == {(lay, v) for lay in ("causal", "structured") for v in ("unpacked", "packed@128")}, run.why()
+    for layout in ("causal", "structured"):
+        unpacked, packed = rows[layout, "unpacked"], rows[layout, "packed@128"]
+        assert unpacked["vs_unpacked"] == 1.0, run.why()
+        assert 0 <= packed["pad_frac"] <= unpacked["pad_frac"] < 1, run.why(f"{layout}: packing added padding")
+        assert all(x["min_s"] > 0 and x["cpu_s"] > 0 for x in (unpacked, packed)), run.why()
+
+
+def test_bench_masks_flex_cpu():
+    L = 64
+    run = bench("bench_masks.py", "flex-cpu", "--length", str(L), "--steps", "1", "--threads", "1")
+    r = check(run, "flex_cpu", ("L", "sdpa_fwd_s", "flex_fwd_s", "max_abs_diff", "dense_mask_mib",
+                                 "block_mask_kib", "flex_backward"))
+    assert r["L"] == L and r["dense_mask_mib"] == L * L / 2**20, run.why()
+    assert r["max_abs_diff"] < TOL, run.why(f"sdpa vs flex_attention max |dlogp| {r['max_abs_diff']}")
+    assert r["block_mask_kib"] > 0 and isinstance(r["flex_backward"], str), run.why()
+
+
+@pytest.mark.slow
+def test_bench_peer():
+    prompts, generations, length = 2, 2, 8
+    run = bench("bench_peer.py", "--prompts", str(prompts), "--generations", str(generations),
+                "--completion-len", str(length), "--steps", "1", "--warmup", "0", "--threads", "1",
+                timeout=480)
+    r = check(run, "peer_grpo_step", ("parallax_tok_s", "trl_tok_s", "ratio", "parallax_tokens", "trl_tokens",
+                                       "expected_tokens", "parallax_timing", "parallax_clip_ratio"))
+    expected = prompts * generations * length
+    # EOS is unreachable on both sides: every completion is exactly --completion-len tokens.
+    assert r["expected_tokens"] == expected, run.why()
+    assert r["parallax_tokens"] == expected and r["trl_tokens"] == expected, run.why("unequal completion tokens")
+    assert r["parallax_clip_ratio"] == 1, run.why("a Parallax completion ended before the length limit")
+    assert r["ratio"] > 0 and r["parallax_tok_s"] > 0 and r["trl_tok_s"] > 0, run.why()
+    assert "timing/generate" in r["parallax_timing"], run.why()
+
+
+def test_bench_perturb(tiny_model_path):
+    run = bench("bench_perturb.py", tiny_model_path, "--scales", "0", "0.1", "--difficulty", "1",
+                "--problems", "2", "--samples", "2", "--threads", "1")
+    r = check(run, "perturb", ("problems", "samples", "accuracy", "changed"))
+    assert r["problems"] == 2 and r["samples"] == 2, run.why()
+    assert set(r["accuracy"]) == set(r["changed"]) == {"0.0", "0.1"}, run.why()
+    assert all(0 <= a <= 1 for a in r["accuracy"].values()), run.why()
+    # Every scale sees the same sampling stream: scale 0 reproduces the base samples exactly ...
+    assert r["changed"]["0.0"] == 0.0, run.why("unperturbed model sampled differently")
+    # ... and a large move of every weight changes them.
+    assert r["changed"]["0.1"] > 0, run.why("perturbation had no effect")
+
+
+def test_bench_requests(tmp_path):
+    run = bench("bench_requests.py", "--n", "2", "--batch", "2", "--repeat", "1", "--difficulty", "1",
+                "--hidden", "32", "--layers", "1", "--threads", "1", "--grammar", tmp=tmp_path)
+    # The script asserts that every variant (requests seq / exec / exec+grammar, kv exec) wrote the same tokens.
+    r = check(run, "requests", ("n", "rows"))
+    assert r["n"] == 2 and [x["batch"] for x in r["rows"]] == [2], run.why()
+    x = r["rows"][0]
+    assert x["token_speedup"] > 1, run.why("executed mode has no parallel branches")
+    assert x["rounds_seq"] >= 1 and x["rounds_exec"] >= 1, run.why()
+    assert x["reread_per_token"] > 0, run.why()
+    # One text-order row per trajectory is the floor; threadweaver / structured rows re-read prefixes.
+    assert x["tw_tokens_ratio"] >= 1 and x["struct_tokens_ratio"] >= 1, run.why()
+    assert "grammar_overhead" in x, run.why()
+
+
+def test_bench_rewards():
+    n, n_mv = 16, 8  # groups of 8 samples
+    run = bench("bench_rewards.py", "--n", str(n), "--n-mv", str(n_mv), "--workers", "1")
+    r = check(run, "rewards", ("workers", "results"))
+    res = r["results"]
+    assert set(res) == {"format", "tiered/int", "pa_grpo/int", "accuracy/mv"}, run.why()
+    for name, x in res.items():
+        assert x["samples"] == (n_mv if name == "accuracy/mv" else n), run.why(name)
+        assert x["errors"] == 0, run.why(f"{name}: scoring errors")
+        assert x["rewards_per_s"] > 0 and 0 <= x["acc"] <= 1, run.why(name)
+    # Most synthetic answers are right (60% / 70%): verification must find them, math-verify included.
+    assert res["tiered/int"]["acc"] > 0 and res["accuracy/mv"]["acc"] > 0, run.why("no answer verified")

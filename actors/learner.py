@@ -167,11 +167,11 @@ class LearnerWorker:
                     kl = algo.kl_loss(logp, ref, mask, kind=cfg.kl_type, agg=cfg.loss_agg_mode, **norm)
                     loss = loss + cfg.kl_coef * kl
                     stats["actor/kl"] = stats.get("actor/kl", 0.0) + float(kl)
-                norm = self._backward_step(loss, boundary=i == len(micro) - 1)
+                grad_norm = self._backward_step(loss, boundary=i == len(micro) - 1)
                 stats["actor/pg_loss"] = stats.get("actor/pg_loss", 0.0) + float(loss.detach())
                 for k, v in m.items():
                     stats[k] = stats.get(k, 0.0) + float(v) / len(micro)
-        stats["actor/grad_norm"] = norm
+        stats["actor/grad_norm"] = grad_norm
         stats["actor/lr"] = lr
         return stats
 
@@ -184,10 +184,10 @@ class LearnerWorker:
         micro = sft_micro_batches(batch, self.cfg)
         for i, mb in enumerate(micro):
             loss = sft_loss(self.engine, mb, global_tokens, self.world, self.device)
-            norm = self._backward_step(loss, boundary=i == len(micro) - 1)
+            grad_norm = self._backward_step(loss, boundary=i == len(micro) - 1)
             total += float(loss.detach()) / self.world
             cells, real = cells + mb.attention_mask.numel(), real + int(mb.attention_mask.sum())
-        return {"sft/loss": total, "sft/lr": lr, "sft/grad_norm": norm,
+        return {"sft/loss": total, "sft/lr": lr, "sft/grad_norm": grad_norm,
                 "sft/pad_frac": 1.0 - real / max(1, cells)}  # share of scored cells that are padding
 
     def reset_optimizer(self) -> None:

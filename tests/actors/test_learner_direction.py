@@ -30,12 +30,13 @@ def test_grpo_step_follows_advantage_sign(tiny_model_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    learner = LearnerWorker(LearnerConfig(micro_batch_size=4, torch_threads=1), tiny_model_path, "float32",
-                            0, 1, "127.0.0.1", port)
+    learner = LearnerWorker(LearnerConfig(micro_batch_size=4, torch_threads=1, zero_stage=0), tiny_model_path,
+                            "float32", 0, 1, "127.0.0.1", port)
     before = learner.compute_logprobs(batch).sum(-1)  # [B] sequence logprob
     # The learner scores exactly what the engine sampled (fp32, same weights).
     assert (before - batch.old_logprobs.sum(-1)).abs().max() < 1e-4
-    learner.grpo_step(batch, int(batch.response_mask.sum()), len(batch), lr=1e-4)
+    stats = learner.grpo_step(batch, int(batch.response_mask.sum()), len(batch), lr=1e-4)
+    assert stats["actor/grad_norm"] > 0  # two micro-batches: the norm of the accumulated gradient
     delta = (learner.compute_logprobs(batch).sum(-1) - before).tolist()
     assert all(d > 0 for d in delta[0::2]), delta  # positive advantage: more likely
     assert all(d < 0 for d in delta[1::2]), delta  # negative advantage: less likely

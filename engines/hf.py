@@ -45,8 +45,8 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams, limits: list[int] | None = None,
-                 processor: Callable[[list[list[int]], torch.Tensor], torch.Tensor] | None = None,
-                 grammar: str | list[str | None] | None = None) -> list[Completion]:
+                 grammar: str | list[str | None] | None = None,
+                 processor: Callable[[list[list[int]], torch.Tensor], torch.Tensor] | None = None) -> list[Completion]:
         """One completion per prompt. `limits`: each prompt's own max new tokens (<= params'). `processor`
         (test doubles: `parallel.replay.Replay`, through `parallel.base.engine_processor`) maps (tokens each
         row generated so far, logits / T [B, V]) to the logits the token is drawn from; logprobs stay the model's.

@@ -82,8 +82,8 @@ class VLLMEngine:
         self.eos_id = self.tokenizer.eos_token_id
         self.stop_ids = frozenset({self.eos_id, *_generation_eos(model_path)})  # what vLLM itself stops on
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams, grammar: str | list[str | None] | None = None,
-                 limits: list[int] | None = None, processor=None) -> list[Completion]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, limits: list[int] | None = None,
+                 grammar: str | list[str | None] | None = None, processor=None) -> list[Completion]:
         """One completion per prompt, in order; `grammar` (EBNF) constrains every request, or one per
         request (None: free); `limits` gives each prompt its own max new tokens (the request executor's caps)."""
         from vllm import SamplingParams as VSP

@@ -23,42 +23,55 @@ import json
 import sys
 from pathlib import Path
 
+from datafiles import ANSWER_FIELDS, TEXT_FIELDS, FieldError, field, find_field, read_rows, text_of
 from evaluation.metrics import PAPER_BUDGETS, evaluate_outputs
 
 __all__ = ["main", "read_outputs"]
 
-_TEXT_KEYS = ("text", "response", "output", "completion")
-_ANSWER_KEYS = ("answer", "ground_truth", "gold")
+_UID_FIELDS = ("uid", "input", "index", "extra_info.index")  # plain rows, verl rollout dumps, verl datasets
 
 
-def read_outputs(path: str | Path, default_benchmark: str = "default") -> list[dict]:
-    """Samples from a JSONL: one per row (``text``), or a row with ``texts``/``responses`` lists."""
+def read_outputs(path: str | Path, default_benchmark: str = "default", *, text_field: str | None = None,
+                 answer_field: str | None = None, uid_field: str | None = None) -> list[dict]:
+    """Samples from a JSONL, JSON or parquet file: one per row (the text at `text_field`, default the
+    first of `datafiles.TEXT_FIELDS`), or a row with ``texts``/``responses`` lists. Fields are dotted
+    paths; a chat-message list is its last message. The problem id grouping the k samples is `uid`
+    (or `uid_field`; a verl rollout dump's prompt `input`; a verl dataset's `index`)."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"outputs file not found: {p}")
     out: list[dict] = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for r in read_rows(p):
+        if r.error is not None:
+            raise ValueError(f"{p}:{r.line}: not a JSON object ({r.message})")
+        row = dict(r.data)
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{p}:{n}: not valid JSON ({e.msg})") from e
-        row.setdefault("benchmark", default_benchmark)
-        for key in _ANSWER_KEYS:
-            if key in row and "answer" not in row:
-                row["answer"] = row[key]
-        if "uid" not in row:
-            raise ValueError(f"{p}:{n}: row has no 'uid' (the problem id grouping its k samples)")
-        many = row.pop("texts", None) or row.pop("responses", None)
-        if many is not None:
-            out += [{**row, "text": t} for t in many]
-            continue
-        text = next((row[k] for k in _TEXT_KEYS if k in row), None)
-        if text is None:
-            raise ValueError(f"{p}:{n}: row has none of the text fields {_TEXT_KEYS} or 'texts'")
-        out.append({**row, "text": text})
+            out += _samples(row, default_benchmark, text_field, answer_field, uid_field)
+        except FieldError as e:
+            raise ValueError(f"{p}:{r.line}: {e}") from None
     return out
+
+
+def _samples(row: dict, benchmark: str, text_field: str | None, answer_field: str | None,
+             uid_field: str | None) -> list[dict]:
+    row.setdefault("benchmark", benchmark)
+    apath = answer_field or find_field(row, ANSWER_FIELDS)
+    if apath is not None:
+        value = field(row, apath)
+        row["answer"] = str(value) if isinstance(value, (int, float)) else text_of(value)
+    upath = uid_field or find_field(row, _UID_FIELDS)
+    if upath is None:
+        raise FieldError(f"row has no 'uid' (the problem id grouping its k samples; or --uid-field), "
+                         f"fields: {sorted(row)}")
+    row["uid"] = str(text_of(field(row, upath)) or field(row, upath))
+    many = row.pop("texts", None) or row.pop("responses", None)
+    if many is not None and text_field is None:
+        return [{**row, "text": t} for t in many]
+    tpath = text_field or find_field(row, TEXT_FIELDS)
+    text = text_of(field(row, tpath)) if tpath else None
+    if text is None:
+        raise FieldError(f"row has none of the text fields {TEXT_FIELDS} or 'texts' (or --text-field)")
+    return [{**row, "text": text}]
 
 
 def _ints(text: str) -> list[int]:
@@ -85,8 +98,11 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m evaluation", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    o = sub.add_parser("outputs", help="score a JSONL of model outputs")
+    o = sub.add_parser("outputs", help="score a file of model outputs (JSONL, JSON, parquet; verl rollout dumps)")
     o.add_argument("path")
+    o.add_argument("--text-field", default=None, help=f"dotted path of the text (default: first of {TEXT_FIELDS})")
+    o.add_argument("--answer-field", default=None, help=f"dotted path of the answer (default: first of {ANSWER_FIELDS})")
+    o.add_argument("--uid-field", default=None, help=f"dotted path of the problem id (default: first of {_UID_FIELDS})")
     o.add_argument("--tokenizer", default=None, help="HF tokenizer dir for real token counts")
     o.add_argument("--benchmark", default="default", help="benchmark of rows without one")
     _common(o)
@@ -132,7 +148,8 @@ def _finish(result: dict, args: argparse.Namespace, label: str) -> int:
 
 
 def _outputs(args: argparse.Namespace) -> int:
-    samples = read_outputs(args.path, args.benchmark)
+    samples = read_outputs(args.path, args.benchmark, text_field=args.text_field, answer_field=args.answer_field,
+                           uid_field=args.uid_field)
     tok = None
     if args.tokenizer:
         from transformers import AutoTokenizer

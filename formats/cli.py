@@ -1,7 +1,9 @@
-"""Command line: ``python -m formats stats FILE.jsonl --format {parallel_r1,parason} [--tokenizer DIR]``.
+"""Command line: ``python -m formats stats FILE --format {parallel_r1,parason} [--tokenizer DIR] [--text-field PATH]``.
 
-Reads one trajectory per line (``{"text": ...}``; ``FILE`` may be ``-`` for stdin) and prints one
-JSON object per input line, in order: ``line`` (1-based), ``id`` (copied when the input has one),
+Reads one trajectory per row of a JSONL file (``{"text": ...}``; ``FILE`` may be ``-`` for stdin), a
+JSON list or a parquet file (verl's datasets; rollout dumps), the text at ``--text-field`` (a dotted
+path; default the first of ``datafiles.TEXT_FIELDS``; a chat-message list is its last message), and
+prints one JSON object per input row, in order: ``line`` (1-based), ``id`` (copied when the input has one),
 every metric of :mod:`formats.metrics`, ``valid``, ``status`` and ``error``.  A bad line (invalid
 UTF-8, not JSON, not an object, no string ``text``) yields ``valid: false`` with ``status:
 "bad_line"`` and an error object instead of stopping the run.  Exit status 0 unless the file or
@@ -14,6 +16,7 @@ import argparse
 import json
 import sys
 
+from datafiles import TEXT_FIELDS, FieldError, field, find_field, read_rows, text_of
 from formats.metrics import METRIC_FIELDS, text_stats
 from formats.spec import FORMAT_NAMES, get_spec
 
@@ -25,30 +28,27 @@ def _bad(lineno: int, code: str, message: str) -> dict:
     return out
 
 
-def _line_stats(lineno: int, raw: bytes, spec, tokenizer) -> dict:
+def _row_stats(row, spec, tokenizer, text_field: str | None) -> dict:
+    if row.error is not None:
+        return _bad(row.line, "no_text" if row.error == "not_object" else row.error, row.message)
+    obj = row.data
+    path = text_field or find_field(obj, TEXT_FIELDS)
+    if path is None:
+        return _bad(row.line, "no_text", f"none of the text fields {TEXT_FIELDS} (or --text-field)")
     try:
-        line = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return _bad(lineno, "bad_utf8", str(e))
-    if not line.strip():
-        return _bad(lineno, "empty_line", "empty line")
-    try:
-        obj = json.loads(line)
-    except (ValueError, RecursionError) as e:
-        return _bad(lineno, "bad_json", str(e)[:200])
-    if not isinstance(obj, dict):
-        return _bad(lineno, "no_text", f"expected a JSON object, got {type(obj).__name__}")
-    text = obj.get("text")
-    if not isinstance(text, str):
-        return _bad(lineno, "no_text", "missing or non-string 'text' field")
-    out = {"line": lineno}
+        text = text_of(field(obj, path))
+    except FieldError as e:
+        return _bad(row.line, "no_text", str(e))
+    if text is None:
+        return _bad(row.line, "no_text", f"field {path!r} is neither a string nor a chat-message list")
+    out = {"line": row.line}
     if "id" in obj:
         out["id"] = obj["id"]
     out.update(text_stats(text, spec, tokenizer))
     return out
 
 
-def stats_command(path: str, fmt: str, tokenizer_dir: str | None, out=None) -> int:
+def stats_command(path: str, fmt: str, tokenizer_dir: str | None, out=None, text_field: str | None = None) -> int:
     out = out or sys.stdout
     spec = get_spec(fmt)
     tokenizer = None
@@ -69,16 +69,17 @@ def stats_command(path: str, fmt: str, tokenizer_dir: str | None, out=None) -> i
             print(f"error: cannot load tokenizer from {tokenizer_dir!r}: {e}", file=sys.stderr)
             return 2
     try:
-        fh = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 -- closed below
-    except OSError as e:
+        rows = read_rows(path, keep_empty=True)
+        first = next(rows, None)  # opens the file: a missing one is reported before any output
+    except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        with fh:
-            for i, raw in enumerate(fh, 1):
-                raw = raw.rstrip(b"\r\n")
-                out.write(json.dumps(_line_stats(i, raw, spec, tokenizer)) + "\n")
-            out.flush()
+        for row in ([first] if first is not None else []):
+            out.write(json.dumps(_row_stats(row, spec, tokenizer, text_field)) + "\n")
+        for row in rows:
+            out.write(json.dumps(_row_stats(row, spec, tokenizer, text_field)) + "\n")
+        out.flush()
     except BrokenPipeError:  # e.g. piped into `head`
         import os
 
@@ -90,12 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m formats", description="Parallel-trajectory format tools.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     st = sub.add_parser("stats", help="per-line metrics of a JSONL file of trajectories")
-    st.add_argument("file", help='JSONL file, one {"text": ...} per line ("-" for stdin)')
+    st.add_argument("file", help='JSONL (one {"text": ...} per line; "-" for stdin), JSON or parquet file')
+    st.add_argument("--text-field", default=None,
+                    help=f"dotted path of the trajectory (default: the first of {', '.join(TEXT_FIELDS)}); "
+                         "a chat-message list is read as its last message")
     st.add_argument("--format", required=True, choices=FORMAT_NAMES)
     st.add_argument(
         "--tokenizer", default=None, help="HF tokenizer directory (default: whitespace/tag units)"
     )
     args = ap.parse_args(argv)
     if args.cmd == "stats":
-        return stats_command(args.file, args.format, args.tokenizer)
+        return stats_command(args.file, args.format, args.tokenizer, text_field=args.text_field)
     return 2  # pragma: no cover

@@ -1,8 +1,10 @@
 """Command line: debug rewards offline.
 
 ``python -m rewards score FILE.jsonl --reward NAME [--step N] [--stage S] [key=value ...]``
-reads one sample per line (``{"group": ..., "text": ..., "answer": ...}``), groups lines by
-``group`` (a line without one is its own group), scores each group and prints one JSON
+reads one sample per row (``{"group": ..., "text": ..., "answer": ...}``; JSONL, JSON or parquet;
+other shapes through ``--text-field`` / ``--answer-field`` / ``--group-field`` dotted paths, verl's
+dataset schema and rollout dumps without them), groups rows by ``group`` (a verl dump by its
+prompt ``input``; a row without one is its own group), scores each group and prints one JSON
 object per sample, in input order: reward, correct, extracted answer, format validity,
 error (if any) and every component.  ``key=value`` pairs set reward params, e.g.
 ``beta_sub=0.1 alpha=0.1 f=sigmoid format=parason``.
@@ -17,9 +19,20 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
+from datafiles import (
+    ANSWER_FIELDS,
+    TEXT_FIELDS,
+    FieldError,
+    Row,
+    field,
+    find_field,
+    parse_line,
+    read_rows,
+    text_of,
+)
 from rewards.analysis import analyze_group
 from rewards.api import analysis_options, score_samples
 from rewards.pool import TimeoutPool
@@ -27,7 +40,7 @@ from rewards.registry import get_reward, make_params, reward_names
 from rewards.types import RewardContext
 from rewards.verify import slow_verify
 
-__all__ = ["main", "parse_kv", "read_groups"]
+__all__ = ["group_rows", "main", "parse_kv", "read_groups"]
 
 
 def parse_kv(pairs: Sequence[str]) -> dict[str, str]:
@@ -41,38 +54,60 @@ def parse_kv(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def read_groups(lines: Sequence[str]) -> tuple[dict[str, list[int]], list[dict[str, Any]]]:
-    """Parse JSONL lines -> (group key -> line indices in order, rows).  ValueError with the
-    line number on a malformed line or on answers that disagree within a group."""
-    rows: list[dict[str, Any]] = []
+def group_rows(rows: Iterable[Row], text_field: str | None = None, answer_field: str | None = None,
+               group_field: str | None = None) -> tuple[dict[str, list[int]], list[dict[str, Any]]]:
+    """Rows -> (group key -> row indices in order, samples ``{"text", "answer", "group", "_line"}``).
+
+    Fields are dotted paths (`datafiles`); unset, the text is the first of `TEXT_FIELDS`, the answer
+    the first of `ANSWER_FIELDS`, the group `group` -- or, in a verl rollout dump (`input`, `output`,
+    `gts`), the prompt `input`, whose n samples are one GRPO group. A row without a group is its own.
+    ValueError naming the line on a malformed row, a missing field or answers that disagree in a group.
+    """
+    samples: list[dict[str, Any]] = []
     groups: dict[str, list[int]] = {}
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for row in rows:
+        n, obj = row.line, row.data
+        if row.error is not None:
+            raise ValueError(f"line {n}: {row.message}")
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"line {n}: not JSON ({e.msg})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-            raise ValueError(f"line {n}: need an object with a string 'text'")  # noqa: TRY004 - bad input, one error type
-        key = str(row["group"]) if "group" in row else f"__line{n}"
+            text, answer, key = _fields(obj, n, text_field, answer_field, group_field)
+        except FieldError as e:
+            raise ValueError(f"line {n}: {e}") from None
         idx = groups.setdefault(key, [])
-        if idx and str(rows[idx[0]].get("answer", "")) != str(row.get("answer", "")):
-            raise ValueError(f"line {n}: group {key!r} has two different answers")
-        row["_line"] = n
-        idx.append(len(rows))
-        rows.append(row)
-    return groups, rows
+        if idx and str(samples[idx[0]]["answer"]) != str(answer):
+            raise ValueError(f"line {n}: group {key[:60]!r} has two different answers")
+        idx.append(len(samples))
+        samples.append({"text": text, "answer": answer, "group": obj.get("group", key), "_line": n})
+    return groups, samples
+
+
+def _fields(obj: dict, n: int, text_field: str | None, answer_field: str | None,
+            group_field: str | None) -> tuple[str, str, str]:
+    """(text, answer, group key) of one row (the `group_rows` defaults)."""
+    tpath = text_field or find_field(obj, TEXT_FIELDS)
+    text = text_of(field(obj, tpath)) if tpath else None
+    if not isinstance(text, str):
+        raise FieldError(f"no trajectory text at {tpath or TEXT_FIELDS} (set --text-field)")
+    apath = answer_field or find_field(obj, ANSWER_FIELDS)
+    value = field(obj, apath) if apath else ""
+    answer = str(value) if isinstance(value, (int, float)) else (text_of(value) or "")
+    gpath = group_field or ("group" if "group" in obj else "input" if {"input", "gts"} <= set(obj) else None)
+    return text, answer, str(text_of(field(obj, gpath)) if gpath else f"__line{n}")
+
+
+def read_groups(lines: Sequence[str], **fields: str | None) -> tuple[dict[str, list[int]], list[dict[str, Any]]]:
+    """`group_rows` over JSONL lines (blank lines skipped)."""
+    return group_rows((parse_line(n, line.rstrip("\r\n")) for n, line in enumerate(lines, 1) if line.strip()),
+                      **fields)
 
 
 def _score(args: argparse.Namespace, out: TextIO) -> int:
     params = make_params(args.reward, parse_kv(args.params))
-    with open(args.file, encoding="utf-8") as f:
-        groups, rows = read_groups(f.readlines())
+    groups, rows = group_rows(read_rows(args.file), args.text_field, args.answer_field, args.group_field)
     opts = analysis_options(args.reward, params)
     results: dict[int, dict[str, Any]] = {}
     with TimeoutPool(slow_verify, workers=args.workers, timeout_s=args.timeout) as pool:
-        for key, idx in groups.items():
+        for idx in groups.values():
             gold = str(rows[idx[0]].get("answer", ""))
             samples = analyze_group([rows[i]["text"] for i in idx], gold, opts, pool)
             ctx = RewardContext(step=args.step, stage=args.stage, ground_truth=gold)
@@ -80,7 +115,7 @@ def _score(args: argparse.Namespace, out: TextIO) -> int:
             for j, (i, s) in enumerate(zip(idx, samples)):
                 results[i] = {
                     "line": rows[i]["_line"],
-                    "group": rows[i].get("group", key),
+                    "group": rows[i]["group"],
                     "reward": sc.rewards[j],
                     "correct": sc.correct[j],
                     "pred": s.pred,
@@ -105,7 +140,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     ap = argparse.ArgumentParser(prog="python -m rewards", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sc = sub.add_parser("score", help="score a JSONL file of samples")
-    sc.add_argument("file")
+    sc.add_argument("file", help="JSONL, JSON or parquet (verl datasets and rollout dumps read as they are)")
+    sc.add_argument("--text-field", default=None, help=f"dotted path of the text (default: first of {TEXT_FIELDS})")
+    sc.add_argument("--answer-field", default=None,
+                    help=f"dotted path of the reference answer (default: first of {ANSWER_FIELDS})")
+    sc.add_argument("--group-field", default=None, help="dotted path grouping samples (default: group; verl dumps: input)")
     sc.add_argument("--reward", required=True, help=f"one of: {', '.join(reward_names())}")
     sc.add_argument("--step", type=int, default=0, help="0-based global step (S2 schedule)")
     sc.add_argument("--stage", default="")

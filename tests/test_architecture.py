@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["orchestrator", "evaluation", "actors", "layouts", "parallel", "engines", "contract",
-            "rewards", "curricula", "toyworld", "tinylm", "formats"]
+            "rewards", "curricula", "toyworld", "tinylm", "formats", "datafiles"]
 
 
 def module_cycles(*packages: str) -> list[list[str]]:
@@ -90,7 +90,8 @@ def test_every_package_opens_by_saying_what_lives_there(package):
     assert doc and len(doc.strip()) > 40, f"{package}/__init__.py needs a docstring naming what it holds"
 
 
-@pytest.mark.parametrize("package", ["contract", "engines", "parallel", "layouts", "rewards", "curricula", "formats"])
+@pytest.mark.parametrize("package", ["contract", "engines", "parallel", "layouts", "rewards", "curricula", "formats",
+                                     "datafiles"])
 def test_pure_packages_import_without_ray_hydra_or_deepspeed(package):
     """The layers below the actors import with torch and transformers alone (the GPU check image has no
     more), so no test of them needs `sys.modules` mocking."""

@@ -1,0 +1,70 @@
+"""Rows and fields of the ecosystem's files: JSONL, JSON, parquet (verl's schema), rollout dumps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from datafiles import FieldError, field, find_field, read_rows, text_of
+
+SAMPLE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "parallel_r1" / "gsm8k_parallel_sft_sample.parquet"
+
+
+@pytest.fixture(scope="module")
+def sample() -> Path:
+    if not SAMPLE.is_file():
+        pytest.skip(f"real sample not found: {SAMPLE}")
+    return SAMPLE
+
+
+def test_dotted_paths_index_dicts_and_lists():
+    row = {"reward_model": {"ground_truth": "196"}, "prompt": [{"role": "user", "content": "q"}], "a.b": 1}
+    assert field(row, "reward_model.ground_truth") == "196"
+    assert field(row, "prompt.0.content") == field(row, "prompt.-1.content") == "q"
+    assert field(row, "a.b") == 1  # a key with a dot is found whole
+    with pytest.raises(FieldError, match=r"no field 'reward_model\.score'.*fields: \['a\.b', 'prompt'"):
+        field(row, "reward_model.score")
+    with pytest.raises(FieldError):
+        field(row, "prompt.3.content")
+    assert find_field(row, ("text", "nope.x", "reward_model.ground_truth")) == "reward_model.ground_truth"
+    assert find_field({"text": None, "output": "o"}, ("text", "output")) == "output"  # null is absent
+
+
+def test_chat_lists_read_as_their_last_message():
+    chat = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"}]
+    assert text_of(chat) == "2+2?"
+    assert text_of(chat + [{"role": "assistant", "content": "4"}]) == "4"
+    assert text_of({"role": "user", "content": "x"}) == "x"
+    assert text_of("plain") == "plain"
+    assert text_of([1, 2]) is None and text_of(3) is None and text_of([]) is None
+
+
+def test_jsonl_rows_keep_their_line_numbers_and_errors(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_bytes(b'{"text": "a"}\n\nnot json\n[1]\n\xff\n{"text": "b"}\n')
+    rows = list(read_rows(p))
+    assert [(r.line, r.error) for r in rows] == [(1, None), (3, "bad_json"), (4, "not_object"), (5, "bad_utf8"),
+                                                 (6, None)]
+    assert [r.data["text"] for r in rows if r.data] == ["a", "b"]
+    assert [r.line for r in read_rows(p, keep_empty=True)] == [1, 2, 3, 4, 5, 6]
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        list(read_rows(tmp_path / "nope.jsonl"))
+
+
+def test_json_lists_and_data_objects(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps([{"text": "a"}, 5]))
+    (tmp_path / "b.json").write_text(json.dumps({"data": [{"text": "b"}]}))
+    assert [(r.line, r.error) for r in read_rows(tmp_path / "a.json")] == [(1, None), (2, "not_object")]
+    assert [r.data for r in read_rows(tmp_path / "b.json")] == [{"text": "b"}]
+
+
+def test_the_real_verl_parquet_reads_as_plain_rows(sample):
+    rows = list(read_rows(sample))
+    assert len(rows) == 171 and all(r.error is None for r in rows)
+    first = rows[0].data
+    assert isinstance(first["prompt"], list) and first["prompt"][-1]["role"] == "user"
+    assert "Summary" in text_of(field(first, "prompt"))  # the paper's instruction text
+    assert field(first, "reward_model.ground_truth") == "196"
+    assert find_field(first, ("text", "output")) == "output" and "</Parallel>" in first["output"]

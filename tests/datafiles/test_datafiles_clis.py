@@ -6,7 +6,6 @@ import io
 import json
 
 import pytest
-
 from test_datafiles import sample  # noqa: F401 - the real-sample fixture
 
 PAR = "<Parallel><Path>2+2=4</Path><Path>4</Path><Summary>both give 4</Summary></Parallel>"

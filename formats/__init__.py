@@ -22,7 +22,8 @@ Parse:     ``parse(text, spec, strict=True, tokenizer=None) -> ParseResult`` (``
            in ``STATUSES``, ``.tree``, ``.error: ParseError`` with code, message, char and token
            offset, ``.prefix_end``).  Never raises; linear time; depth bounded.
 Render:    ``render(tree, spec) -> str``; ``parse(render(t)).tree == t``, ``render(parse(s).tree) == s``.
-Answer:    ``final_segment(tree_or_text, spec)`` -- main-chain text after the last block closes.
+Answer:    ``final_segment(tree_or_text, spec)`` -- main-chain text after the last block closes;
+           ``answer_text(text, spec)`` -- the same for any text, well formed or not.
 Metrics:   ``compute_metrics(tree_or_parse_result, spec, tokenizer=None) -> Metrics`` (pass the
            ``ParseResult`` for the fastest path; total / critical-path tokens,
            speedup, eta, blocks, branches, depth, first-<Parallel> position, Subtask/Trial/Path
@@ -51,7 +52,7 @@ Example::
 from formats.grammar import GrammarChecker, compile_grammar, ebnf
 from formats.headers import THREAD_HEADER_SEP, thread_header, with_thread_headers
 from formats.metrics import METRIC_FIELDS, Metrics, compute_metrics, text_stats
-from formats.parser import STATUSES, ParseError, ParseResult, final_segment, parse, render
+from formats.parser import STATUSES, ParseError, ParseResult, answer_text, final_segment, parse, render
 from formats.spec import ALL_SPECIAL_TOKENS, FORMAT_NAMES, PARALLEL_R1, PARASON, FormatSpec, get_spec
 from formats.tree import BRANCH_KINDS, PATH, SUBTASK, TRIAL, Block, Branch, Tree, canonical_nodes
 
@@ -75,6 +76,7 @@ __all__ = [
     "ParseError",
     "ParseResult",
     "Tree",
+    "answer_text",
     "canonical_nodes",
     "compile_grammar",
     "compute_metrics",

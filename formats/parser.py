@@ -36,6 +36,7 @@ outermost element containing the problem starts (the start of the unclosed top-l
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
@@ -168,6 +169,46 @@ def _token_offset(text: str, pos: int, comp: _Compiled, tokenizer) -> int:
         return _encode_len(tokenizer, text[:pos])
     except Exception:  # noqa: BLE001 -- a tokenizer failure must not make parse() raise
         return _default_token_offset(text, pos, comp)
+
+
+def answer_text(text: str, spec: FormatSpec | str = "parason", result: ParseResult | None = None) -> str:
+    """The main-chain text after the last block of any text, well formed or not: where a final answer is read.
+
+    Well-formed text: :func:`final_segment`. Otherwise the text after the last ``</Parallel>`` (all of
+    it when there is none), keeping only what lies outside every tag pair opened there: text after an
+    opener whose closer never comes (an unclosed block, path, thread or summary) is inside it and never
+    counts; a stray closer is skipped. So a correct answer after a malformed block counts, one inside a
+    path never does (Parallel-R1's accuracy and S1 rewards score the final answer whatever the format).
+
+    >>> answer_text("<Parallel><Path>a</Path></Parallel> Final Answer: 4", "parallel_r1")  # one path: invalid
+    ' Final Answer: 4'
+    >>> answer_text("<Parallel><Path>a</Path><Path>#### 4", "parallel_r1")  # inside an unclosed path
+    ''
+    >>> answer_text("</Parallel><Summary>4</Summary> so 5", "parallel_r1")  # a summary is not the answer
+    ' so 5'
+    """
+    spec = resolve_spec(spec)
+    res = result if result is not None else parse(text, spec)  # `result`: the caller's parse of `text`
+    if res.ok:
+        return final_segment(res.tree, spec) or ""
+    start = text.rfind(spec.parallel_close)
+    region = text if start < 0 else text[start + len(spec.parallel_close):]
+    tags = spec.tags
+    closer = {tags[i]: tags[i + 1] for i in range(0, len(tags), 2)}  # tags come as (open, close) pairs
+    pattern = re.compile("|".join(re.escape(t) for t in sorted(tags, key=len, reverse=True)))
+    out, stack, at = [], [], 0
+    for m in pattern.finditer(region):
+        if not stack:
+            out.append(region[at:m.start()])
+        tag = m.group(0)
+        if tag in closer:
+            stack.append(closer[tag])
+        elif tag in stack:  # a closer: pop to its opener (skipping unclosed ones inside it)
+            del stack[len(stack) - 1 - stack[::-1].index(tag):]
+        at = m.end()
+    if not stack:
+        out.append(region[at:])
+    return "".join(out)
 
 
 def final_segment(tree: Tree | str, spec: FormatSpec | str = "parason") -> str | None:

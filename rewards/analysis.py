@@ -6,9 +6,10 @@ Per text, in the calling process (cheap, linear time, never raises):
    (``formats.compute_metrics``) -> :class:`TrajStats`.  A malformed/truncated text gets
    ``valid=False`` and the metrics of its longest valid prefix (so ``n_blocks`` counts the
    well-formed parallel units it does contain);
-2. the *final part* = main-chain text after the last join (``formats.final_segment``) of
-   the valid tree, or of the valid prefix for a malformed text (an answer inside a branch or
-   after a broken block never counts);
+2. the *final part* = main-chain text after the last block (``formats.answer_text``): for a
+   malformed text, the text after the last ``</Parallel>`` outside any tag left open, so the final
+   answer decides correctness whatever the format (an answer inside a branch never counts; the
+   format-aware rewards keep their own gates on validity and parallel units);
 3. answer extraction (:mod:`rewards.extract`) and the exact fast path (:mod:`rewards.verify`).
 
 Whatever the fast path leaves undecided (and every DAPO-mode item) is a :class:`SlowJob`
@@ -29,7 +30,7 @@ from typing import Any
 
 from formats import get_spec
 from formats.metrics import compute_metrics
-from formats.parser import final_segment, parse
+from formats.parser import answer_text, parse
 from rewards.extract import extract_answer
 from rewards.pool import Outcome, TimeoutPool
 from rewards.types import Sample, TrajStats
@@ -91,7 +92,9 @@ def trajectory_stats(text: str, fmt: str, tokenizer: Any = None) -> tuple[TrajSt
         n_blocks=m.num_blocks,
         valid=res.ok,
     )
-    return stats, tree, final_segment(tree, spec) or ""
+    # where the answer is read: after the last block, outside any unclosed tag (formats.answer_text), so
+    # a malformed block before a correct final answer does not hide it; an answer in a path never counts
+    return stats, tree, answer_text(text, spec, res)
 
 
 def analyze_fast(index: int, text: str, gold: str, opts: AnalysisOptions) -> tuple[Sample, SlowJob | None]:

@@ -28,11 +28,15 @@ def test_eval_stage_scores_teacher_traces_correct_in_the_runs_format(worker, fmt
     assert [c for g in out.correct for c in g] == [True] * len(problems)
 
 
-def test_parason_text_scored_as_parallel_r1_is_wrong(worker):
-    # What the driver did before reward_spec: the format default (Parallel-R1) on Parason text.
+def test_parason_text_scored_as_parallel_r1_loses_its_parallel_units(worker):
+    """What the driver did before reward_spec: the format default (Parallel-R1) on Parason text. The
+    final answer still decides accuracy (it follows </Parallel> in both formats), but the format-aware
+    reward finds no well-formed Parallel-R1 unit in it: R_parallel x R_acc is 0 instead of 1."""
     p = toyworld.generate("mixed", 1, seed=3)[0]
-    spec = reward_spec(Stage("eval", "rl", 1, reward="accuracy"), RewardConfig(), "parallel_r1")
-    assert worker.score([{"texts": [p.traces["parason"]], "ground_truth": p.answer}], spec=spec).correct == [[False]]
+    for fmt, hit in (("parallel_r1", 0.0), ("parason", 1.0)):
+        spec = reward_spec(Stage("rl", "rl", 1, reward="parallel_acc"), RewardConfig(), fmt)
+        out = worker.score([{"texts": [p.traces["parason"]], "ground_truth": p.answer}], spec=spec)
+        assert (out.correct, out.rewards) == ([[True]], [[hit]]), fmt
 
 
 def test_stage_params_and_run_reward():

@@ -57,6 +57,10 @@ def read_rows(path: str | Path, *, keep_empty: bool = False) -> Iterator[Row]:
     path = str(path)
     if path != "-" and not Path(path).is_file():
         raise FileNotFoundError(f"data file not found: {path}")
+    return _rows(path, keep_empty)
+
+
+def _rows(path: str, keep_empty: bool) -> Iterator[Row]:
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq  # lazy: only parquet files need it
 

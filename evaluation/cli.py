@@ -63,7 +63,8 @@ def _samples(row: dict, benchmark: str, text_field: str | None, answer_field: st
     if upath is None:
         raise FieldError(f"row has no 'uid' (the problem id grouping its k samples; or --uid-field), "
                          f"fields: {sorted(row)}")
-    row["uid"] = str(text_of(field(row, upath)) or field(row, upath))
+    uid = field(row, upath)
+    row["uid"] = str(text_of(uid) or uid)
     many = row.pop("texts", None) or row.pop("responses", None)
     if many is not None and text_field is None:
         return [{**row, "text": t} for t in many]

@@ -70,13 +70,10 @@ def stats_command(path: str, fmt: str, tokenizer_dir: str | None, out=None, text
             return 2
     try:
         rows = read_rows(path, keep_empty=True)
-        first = next(rows, None)  # opens the file: a missing one is reported before any output
-    except (OSError, ValueError) as e:
+    except OSError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        for row in ([first] if first is not None else []):
-            out.write(json.dumps(_row_stats(row, spec, tokenizer, text_field)) + "\n")
         for row in rows:
             out.write(json.dumps(_row_stats(row, spec, tokenizer, text_field)) + "\n")
         out.flush()

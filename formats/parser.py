@@ -39,6 +39,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from formats.render import render
 from formats.scan import GAP_CHARS, _Compiled, _compiled, scan
@@ -171,6 +172,14 @@ def _token_offset(text: str, pos: int, comp: _Compiled, tokenizer) -> int:
         return _default_token_offset(text, pos, comp)
 
 
+@lru_cache(maxsize=64)
+def _tag_pairs(spec: FormatSpec) -> tuple[re.Pattern[str], dict[str, str]]:
+    """One regex over every tag of `spec`, and each opening tag's closer (tags come as (open, close) pairs)."""
+    tags = spec.tags
+    pattern = re.compile("|".join(re.escape(t) for t in sorted(tags, key=len, reverse=True)))
+    return pattern, {tags[i]: tags[i + 1] for i in range(0, len(tags), 2)}
+
+
 def answer_text(text: str, spec: FormatSpec | str = "parason", result: ParseResult | None = None) -> str:
     """The main-chain text after the last block of any text, well formed or not: where a final answer is read.
 
@@ -193,9 +202,7 @@ def answer_text(text: str, spec: FormatSpec | str = "parason", result: ParseResu
         return final_segment(res.tree, spec) or ""
     start = text.rfind(spec.parallel_close)
     region = text if start < 0 else text[start + len(spec.parallel_close):]
-    tags = spec.tags
-    closer = {tags[i]: tags[i + 1] for i in range(0, len(tags), 2)}  # tags come as (open, close) pairs
-    pattern = re.compile("|".join(re.escape(t) for t in sorted(tags, key=len, reverse=True)))
+    pattern, closer = _tag_pairs(spec)
     out, stack, at = [], [], 0
     for m in pattern.finditer(region):
         if not stack:

@@ -34,11 +34,19 @@ def _parallel_r1_rules(fmt: str) -> str:
         "(different methods, different cases, or a check of a result), stop the main reasoning and open a "
         f"parallel block: write {s.parallel_open}, then each line of reasoning inside its own "
         f"{s.path_open}...{s.path_close} (at least {s.min_branches}, at most {s.max_branches}; a path must "
-        "not depend on another path), then compare and combine what the paths found inside "
-        f"{s.summary_open}...{s.summary_close}, and close the block with {s.parallel_close}. "
+        f"not depend on another path), then {summary_rule(s)} "
         "Then continue the main reasoning. You may open several parallel blocks, but never one inside "
         "another. Write no tags other than these."
     )
+
+
+def summary_rule(s) -> str:
+    """Where the prompt asks for the summary: the spec's `summary_placement` (the public Parallel-R1
+    prompt's "Immediately after each </Parallel>" by default)."""
+    combine = f"a concise summary of what the paths found, enclosed in {s.summary_open} and {s.summary_close}"
+    if s.summary_placement == "after":
+        return f"close the block with {s.parallel_close}. Immediately after each {s.parallel_close}, write {combine}."
+    return f"write {combine}, and close the block with {s.parallel_close}."
 
 
 def _parason_rules(fmt: str) -> str:

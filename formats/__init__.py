@@ -5,9 +5,11 @@ compiler only).
 
 Formats (tag spellings and limits are config, see :class:`FormatSpec`)::
 
-    Parallel-R1  <Parallel> <Path>..</Path> x [min_branches, max_branches] <Summary>..</Summary> </Parallel>
+    Parallel-R1  <Parallel> <Path>..</Path> x [min_branches, max_branches] </Parallel> <Summary>..</Summary>
+                 (or the summary inside, before </Parallel>: ``FormatSpec.summary_placement/_accept``)
     Parason      <Parallel> <Outlines> (<Subtask>..</Subtask> | <Trial>..</Trial>) x [min, max] </Outlines>
                  <Thread>..</Thread> x (one per entry; may nest blocks up to max_depth) </Parallel>
+                 (the release's <Outline> entries and <Conclusion> parse too: ``FormatSpec.aliases``)
 
 Text outside blocks is the sequential main chain.  Free text anywhere may contain anything except a
 tag string of the format; only whitespace (" \\t\\r\\n") may sit between structural tags in a block.
@@ -16,8 +18,9 @@ Public API
 ----------
 Spec:      ``FormatSpec``, ``PARALLEL_R1``, ``PARASON``, ``get_spec(name, **overrides)``,
            ``ALL_SPECIAL_TOKENS`` (every tag of both default formats, for the tokenizer).
-Tree:      ``Tree(nodes)`` of ``str`` and ``Block(branches, summary, gaps)``;
-           ``Branch(kind, body, outline)`` with kind ``PATH`` / ``SUBTASK`` (AND) / ``TRIAL`` (OR).
+Tree:      ``Tree(nodes)`` of ``str`` and ``Block(branches, summary, gaps, placement)``;
+           ``Branch(kind, body, outline)`` with kind ``PATH`` / ``SUBTASK`` (AND) / ``TRIAL`` (OR) /
+           ``OUTLINE`` (untyped).
 Parse:     ``parse(text, spec, strict=True, tokenizer=None) -> ParseResult`` (``.ok``, ``.status``
            in ``STATUSES``, ``.tree``, ``.error: ParseError`` with code, message, char and token
            offset, ``.prefix_end``).  Never raises; linear time; depth bounded.
@@ -53,17 +56,19 @@ from formats.grammar import GrammarChecker, compile_grammar, ebnf
 from formats.headers import THREAD_HEADER_SEP, thread_header, with_thread_headers
 from formats.metrics import METRIC_FIELDS, Metrics, compute_metrics, text_stats
 from formats.parser import STATUSES, ParseError, ParseResult, answer_text, final_segment, parse, render
-from formats.spec import ALL_SPECIAL_TOKENS, FORMAT_NAMES, PARALLEL_R1, PARASON, FormatSpec, get_spec
-from formats.tree import BRANCH_KINDS, PATH, SUBTASK, TRIAL, Block, Branch, Tree, canonical_nodes
+from formats.spec import ALL_SPECIAL_TOKENS, FORMAT_NAMES, PARALLEL_R1, PARASON, PLACEMENTS, FormatSpec, get_spec
+from formats.tree import BRANCH_KINDS, OUTLINE, PATH, SUBTASK, TRIAL, Block, Branch, Tree, canonical_nodes, is_written
 
 __all__ = [
     "ALL_SPECIAL_TOKENS",
     "BRANCH_KINDS",
     "FORMAT_NAMES",
     "METRIC_FIELDS",
+    "OUTLINE",
     "PARALLEL_R1",
     "PARASON",
     "PATH",
+    "PLACEMENTS",
     "STATUSES",
     "SUBTASK",
     "THREAD_HEADER_SEP",
@@ -83,6 +88,7 @@ __all__ = [
     "ebnf",
     "final_segment",
     "get_spec",
+    "is_written",
     "parse",
     "render",
     "text_stats",

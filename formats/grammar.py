@@ -1,6 +1,9 @@
 """EBNF grammars (xgrammar's GBNF dialect, ``root ::= ...``) generated from a :class:`FormatSpec`.
 
-The grammar accepts exactly the texts that :func:`formats.parser.parse` accepts in strict mode:
+The grammar is what the format *writes*: it accepts exactly the texts that
+:func:`formats.parser.parse` accepts in strict mode and whose tree the format writes
+(:func:`formats.tree.is_written`: the summary only at ``spec.summary_placement``, no release alias
+``<Outline>`` / ``<Conclusion>``; the parser reads those too, so free text holds none of them):
 
 * free text (main chain, Path/Summary/outline/Thread text) is any string containing **no tag
   string of the format** (the content alphabet rule of :mod:`formats.parser`).  Because every tag
@@ -138,9 +141,11 @@ def _ebnf(spec: FormatSpec, start: str = "main") -> str:
     rules: list[str] = [_root(spec, start)]
     lo, hi = spec.min_branches, spec.max_branches
     if not spec.is_parason:
-        rules.append(
-            f"block ::= {_lit(spec.parallel_open)} ws {_rep('path', lo, hi)} ws summary ws {_lit(spec.parallel_close)}"
-        )
+        paths = f"{_lit(spec.parallel_open)} ws {_rep('path', lo, hi)} ws"
+        if spec.summary_placement == "after":
+            rules.append(f"block ::= {paths} {_lit(spec.parallel_close)} ws summary")
+        else:
+            rules.append(f"block ::= {paths} summary ws {_lit(spec.parallel_close)}")
         rules.append(f"path ::= {_lit(spec.path_open)} text {_lit(spec.path_close)}")
         rules.append(f"summary ::= {_lit(spec.summary_open)} text {_lit(spec.summary_close)}")
     else:
@@ -165,7 +170,7 @@ def _ebnf(spec: FormatSpec, start: str = "main") -> str:
             else:
                 rules.append(f"body_{d} ::= text")
     rules.append("ws ::= [ \\t\\r\\n]*")
-    rules.extend(_text_rules(spec.tags))
+    rules.extend(_text_rules(spec.parse_tags))  # free text holds no tag the parser reads
     return "\n".join(rules) + "\n"
 
 

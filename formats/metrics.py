@@ -36,8 +36,10 @@ Definitions (``n`` = units)
   branch that is its outline entry (``<Subtask>...</Subtask>`` incl. tags) and its Thread
   (incl. tags); for a Parallel-R1 branch its Path (incl. tags).  ``subtask_tokens``,
   ``trial_tokens``, ``path_tokens`` sum these; the remaining units (main chain, block tags,
-  ``<Outlines>`` tags, Summary, gaps) are ``main_tokens``.  ``X_share = X_tokens / total``
-  (0.0 for an empty text), and the four shares add up to 1.
+  ``<Outlines>`` tags, Summary or Conclusion wherever it sits, gaps) are ``main_tokens``.
+  Untyped ``<Outline>`` branches (the release's alias) are ``outline_tokens``, or count as
+  subtask / trial tokens when ``FormatSpec.outline_kind`` says so.  ``X_share = X_tokens / total``
+  (0.0 for an empty text), and the five shares add up to 1.
 
 Worked example (default units)::
 
@@ -93,6 +95,8 @@ class Metrics:
     subtask_share: float
     trial_share: float
     path_share: float
+    outline_tokens: int = 0
+    outline_share: float = 0.0
 
     def to_dict(self) -> dict:
         return {f: getattr(self, f) for f in METRIC_FIELDS}
@@ -139,11 +143,11 @@ def compute_metrics(
             wc = res._words
             if wc is None:  # pure-Python path: count the pieces now
                 wc = part_words(res._text, res._parts)
-            return _metrics(*_walk_parts(res.tree.nodes, wc, spec.is_parason))
+            return _metrics(*_walk_parts(res.tree.nodes, wc, spec))
     return _metrics(*_Walker(spec, _default_count).run(tree.nodes))  # reference, or a tree the parser rejects
 
 
-def _metrics(total, crit, blocks, branches, depth, first, sub, trial, path) -> Metrics:
+def _metrics(total, crit, blocks, branches, depth, first, sub, trial, path, outline) -> Metrics:
     t = total or 1  # empty text: every ratio is 0 (speedup 1)
     return Metrics(
         total_tokens=total,
@@ -156,13 +160,15 @@ def _metrics(total, crit, blocks, branches, depth, first, sub, trial, path) -> M
         depth=depth,
         first_parallel_token=first,
         first_parallel_pos=None if first is None else first / t,
-        main_tokens=total - sub - trial - path,
+        main_tokens=total - sub - trial - path - outline,
         subtask_tokens=sub,
         trial_tokens=trial,
         path_tokens=path,
         subtask_share=sub / t,
         trial_share=trial / t,
         path_share=path / t,
+        outline_tokens=outline,
+        outline_share=outline / t,
     )
 
 

@@ -175,7 +175,7 @@ def _token_offset(text: str, pos: int, comp: _Compiled, tokenizer) -> int:
 @lru_cache(maxsize=64)
 def _tag_pairs(spec: FormatSpec) -> tuple[re.Pattern[str], dict[str, str]]:
     """One regex over every tag of `spec`, and each opening tag's closer (tags come as (open, close) pairs)."""
-    tags = spec.tags
+    tags = spec.parse_tags
     pattern = re.compile("|".join(re.escape(t) for t in sorted(tags, key=len, reverse=True)))
     return pattern, {tags[i]: tags[i + 1] for i in range(0, len(tags), 2)}
 

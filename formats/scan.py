@@ -15,27 +15,32 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from formats.spec import FormatSpec
-from formats.tree import PATH, SUBTASK, TRIAL, Block, Branch, Tree
+from formats.tree import OUTLINE, PATH, SUBTASK, TRIAL, Block, Branch, Tree
 from formats.units import split_tags
 
 #: Characters allowed between structural tags inside a block.
 GAP_CHARS = " \t\r\n"
 
-# tag codes
+# tag codes (an opening tag's closer is its code + 1)
 _P_O, _P_C, _PATH_O, _PATH_C, _SUM_O, _SUM_C = 0, 1, 2, 3, 4, 5
 _OUT_O, _OUT_C, _SUB_O, _SUB_C, _TRI_O, _TRI_C, _THR_O, _THR_C = 6, 7, 8, 9, 10, 11, 12, 13
+_OLN_O, _OLN_C, _CON_O, _CON_C = 14, 15, 16, 17  # Parason aliases: <Outline>, <Conclusion>
 
-# parser states
+# parser states; content states (free text before the next tag) are the ones < _PA_OPEN
 _SEQ = 0  # main chain or Thread body: free text and nested blocks
-_R1_BR = 1  # Parallel-R1 block, between tags, expecting <Path> or <Summary>
+_R1_BR = 1  # Parallel-R1 block, between tags, expecting <Path>, <Summary> or </Parallel>
 _IN_PATH = 2
-_IN_SUM = 3
-_R1_END = 4  # after </Summary>, expecting </Parallel>
+_IN_SUM = 3  # inside a Parallel-R1 <Summary> or a Parason <Conclusion>
+_R1_END = 4  # after an inside </Summary>, expecting </Parallel>
 _IN_ENTRY = 5
+_R1_AFTER = 6  # Parallel-R1: after </Parallel> of a block whose <Summary> comes next
 # Parason structural states (only whitespace before their next tag) are the ones >= _PA_OPEN
-_PA_OPEN = 6  # Parason block just opened, expecting <Outlines>
-_OUTL = 7  # inside <Outlines>, between entries
-_THREADS = 8  # after </Outlines> or </Thread>, expecting <Thread> or </Parallel>
+_PA_OPEN = 7  # Parason block just opened, expecting <Outlines>
+_OUTL = 8  # inside <Outlines>, between entries
+_THREADS = 9  # after </Outlines> or </Thread>, expecting <Thread>, <Conclusion> or </Parallel>
+_CON_END = 10  # after an inside </Conclusion>, expecting </Parallel>
+
+_ENTRY_KIND = {_SUB_O: SUBTASK, _TRI_O: TRIAL, _OLN_O: OUTLINE}
 
 
 class _Compiled:
@@ -60,6 +65,15 @@ class _Compiled:
                     _THR_C: spec.thread_close,
                 }
             )
+            if spec.uses_aliases:
+                by_code.update(
+                    {
+                        _OLN_O: spec.outline_open,
+                        _OLN_C: spec.outline_close,
+                        _CON_O: spec.conclusion_open,
+                        _CON_C: spec.conclusion_close,
+                    }
+                )
         else:
             by_code.update(
                 {
@@ -127,7 +141,13 @@ def _end(parts: list[str], comp: _Compiled, state: int, top: list, top_k: int, l
             top.append(piece)
         return Tree(tuple(top))
     n = len(parts)
-    if state in (_SEQ, _IN_PATH, _IN_SUM, _IN_ENTRY):
+    if state == _R1_AFTER and piece.strip(GAP_CHARS):
+        rest = piece.lstrip(GAP_CHARS)
+        if not comp.tags[_SUM_O].startswith(rest):
+            spec = comp.spec
+            msg = f"text after {spec.parallel_close} where the block's {spec.summary_open} must come"
+            return _Failure("malformed", "missing_summary", msg, n - 1, None, top_k, top, last_k)
+    if state in (_SEQ, _IN_PATH, _IN_SUM, _IN_ENTRY):  # inside a branch, summary, conclusion or entry
         msg = "input ends inside an open branch/content element"
         return _Failure("truncated_in_branch", "truncated_in_branch", msg, n, None, top_k, top, last_k)
     if piece and piece.strip(GAP_CHARS):
@@ -141,22 +161,32 @@ def _end(parts: list[str], comp: _Compiled, state: int, top: list, top_k: int, l
 
 
 def _scan_r1(parts: list[str], comp: _Compiled):
-    """Parallel-R1 state machine (blocks never nest)."""
+    """Parallel-R1 state machine (blocks never nest); the summary inside or after the block."""
     SEQ, R1_BR, IN_PATH, IN_SUM = _SEQ, _R1_BR, _IN_PATH, _IN_SUM
     P_O, P_C, PATH_O, PATH_C, SUM_O, SUM_C = _P_O, _P_C, _PATH_O, _PATH_C, _SUM_O, _SUM_C
     codes, tags, spec = comp.codes, comp.tags, comp.spec
-    path_c, sum_c = tags[PATH_C], tags[SUM_C]
+    path_c, sum_o, sum_c = tags[PATH_C], tags[SUM_O], tags[SUM_C]
     min_b, max_b = spec.min_branches, spec.max_branches
+    inside, after = spec.accepts("inside"), spec.accepts("after")
+    # the placement a parsed block records: None where the spec writes its summary
+    mark_after = None if spec.summary_placement == "after" else "after"
+    mark_inside = None if spec.summary_placement == "inside" else "inside"
+    closers = " or ".join(([sum_o] if inside else []) + ([tags[P_C]] if after else []))
     top: list = []  # top-level nodes
     state = SEQ
     gaps: list = []  # of the open block
     paths: list = []
     summary = ""
+    placed_after = False  # the open block's summary follows its </Parallel>
     top_k = -1  # part index of the open <Parallel>
     last_k = 0
 
     def fail(code, msg, k, tag):
         return _Failure("malformed", code, msg, k, tag, top_k, top, last_k)
+
+    def close():
+        place = mark_after if placed_after else mark_inside
+        top.append(Block(tuple(paths), summary, tuple(gaps) if any(gaps) else (), place))
 
     n = len(parts)
     i = 1
@@ -179,18 +209,25 @@ def _scan_r1(parts: list[str], comp: _Compiled):
                     i += 4
                     continue
                 state = IN_PATH
-            elif c == SUM_O:
+            elif (c == SUM_O and inside) or (c == P_C and after):
                 if nb < min_b:
-                    return fail("too_few_branches", f"{nb} Path(s) before Summary, need >= {min_b}", i, tag)
-                if i + 2 < n and parts[i + 2] == sum_c:
+                    return fail("too_few_branches", f"{nb} Path(s) before {tag}, need >= {min_b}", i, tag)
+                placed_after = c == P_C
+                if placed_after:
+                    state = _R1_AFTER
+                elif i + 2 < n and parts[i + 2] == sum_c:
                     summary = parts[i + 1]
                     state = _R1_END
                     i += 4
                     continue
-                state = IN_SUM
+                else:
+                    state = IN_SUM
             else:
-                exp = tags[PATH_O] if nb < min_b else f"{tags[PATH_O]} or {tags[SUM_O]}"
-                return fail("unexpected_tag", f"expected {exp}, found {tag}", i, tag)
+                exp = tags[PATH_O] if nb < min_b else f"{tags[PATH_O]} or {closers}"
+                hint = ""
+                if c == SUM_O or c == P_C:
+                    hint = f" (summary_accept={spec.summary_accept})"
+                return fail("unexpected_tag", f"expected {exp}, found {tag}{hint}", i, tag)
         elif state == SEQ:
             if c != P_O:
                 return fail("unexpected_tag", f"unexpected {tag} in the main chain", i, tag)
@@ -205,11 +242,33 @@ def _scan_r1(parts: list[str], comp: _Compiled):
                 return fail("unexpected_tag", f"expected {path_c} inside a Path, found {tag}", i, tag)
             paths.append(Branch(PATH, (piece,) if piece else ()))
             state = R1_BR
+        elif state == _R1_AFTER:  # between </Parallel> and its <Summary>
+            if piece and piece.strip(GAP_CHARS):
+                msg = f"text after {tags[P_C]} where the block's {sum_o} must come"
+                return fail("missing_summary", msg, i - 1, tag)
+            gaps.append(piece)
+            if c != SUM_O:
+                return fail("missing_summary", f"expected {sum_o} after {tags[P_C]}, found {tag}", i, tag)
+            if i + 2 < n and parts[i + 2] == sum_c:
+                summary = parts[i + 1]
+                close()
+                top_k = -1
+                last_k = i + 3
+                state = SEQ
+                i += 4
+                continue
+            state = IN_SUM
         elif state == IN_SUM:
             if c != SUM_C:
                 return fail("unexpected_tag", f"expected {sum_c} inside Summary, found {tag}", i, tag)
             summary = piece
-            state = _R1_END
+            if placed_after:
+                close()
+                top_k = -1
+                last_k = i + 1
+                state = SEQ
+            else:
+                state = _R1_END
         else:  # _R1_END
             if piece and piece.strip(GAP_CHARS):
                 msg = f"non-whitespace text before {tag} inside a block"
@@ -217,7 +276,7 @@ def _scan_r1(parts: list[str], comp: _Compiled):
             gaps.append(piece)
             if c != P_C:
                 return fail("unexpected_tag", f"expected {tags[P_C]} after Summary, found {tag}", i, tag)
-            top.append(Block(tuple(paths), summary, tuple(gaps) if any(gaps) else ()))
+            close()
             top_k = -1
             last_k = i + 1
             state = SEQ
@@ -230,13 +289,21 @@ def _scan_parason(parts: list[str], comp: _Compiled):
 
     One loop on purpose (a helper call per tag would cost more than the tag's whole step); the
     common cases -- a whole outline entry, a Thread without blocks -- are taken two tags at a time.
+    The optional ``<Conclusion>`` (an alias) closes the block inside, or follows its ``</Parallel>``.
     """
     SEQ, PA_OPEN, OUTL, THREADS = _SEQ, _PA_OPEN, _OUTL, _THREADS
     P_O, P_C, OUT_O, OUT_C = _P_O, _P_C, _OUT_O, _OUT_C
     SUB_O, SUB_C, TRI_O, TRI_C, THR_O, THR_C = _SUB_O, _SUB_C, _TRI_O, _TRI_C, _THR_O, _THR_C
+    OLN_O, OLN_C, CON_O, CON_C = _OLN_O, _OLN_C, _CON_O, _CON_C
     codes, tags, spec = comp.codes, comp.tags, comp.spec
     thr_c = tags[THR_C]
+    con_c = tags.get(CON_C)
     min_b, max_b, max_depth = spec.min_branches, spec.max_branches, spec.max_depth
+    aliases = spec.uses_aliases
+    con_inside, con_after = aliases and spec.accepts("inside"), aliases and spec.accepts("after")
+    mark_after = None if spec.summary_placement == "after" else "after"
+    mark_inside = None if spec.summary_placement == "inside" else "inside"
+    entry_tags = f"{tags[SUB_O]}, {tags[TRI_O]}" + (f", {tags[OLN_O]}" if aliases else "")
     top: list = []  # top-level nodes
     nodes = top  # current node sequence (top level or Thread body)
     state = SEQ
@@ -247,11 +314,19 @@ def _scan_parason(parts: list[str], comp: _Compiled):
     stack: list = []  # (gaps, entries, bodies, nodes) of the enclosing blocks
     depth = 0
     entry = 0  # code of the open outline entry's opening tag
+    conclusion = None  # the open block's inside conclusion
+    pending = None  # a closed block whose after-conclusion is open
+    pending_gap = ""
+    closed_k = -1  # part index of the last closed top-level block's <Parallel>
     top_k = -1  # part index of the open top-level <Parallel>
     last_k = 0
 
     def fail(code, msg, k, tag):
         return _Failure("malformed", code, msg, k, tag, top_k, top, last_k)
+
+    def with_conclusion(b: Block, text: str, gap: str) -> Block:
+        g = (*(b.gaps or ("",) * (2 * len(b.branches) + 3)), gap)
+        return Block(b.branches, text, g if any(g) else (), mark_after)
 
     n = len(parts)
     i = 1
@@ -277,14 +352,20 @@ def _scan_parason(parts: list[str], comp: _Compiled):
                         continue
                     nodes = []  # the Thread body; the parent sequence is restored at </Parallel>
                     state = SEQ
-                elif c == P_C:
+                elif c == P_C or c == _CON_O and con_inside:
                     if nt < ne:
                         return fail("missing_thread", f"{tag} after {nt} of {ne} Threads", i, tag)
+                    if c == CON_O:  # the conclusion closes the block from inside
+                        state = _IN_SUM
+                        i += 2
+                        continue
                     node = Block(
                         tuple([Branch(k, b, o) for (k, o), b in zip(entries, bodies)]),
-                        None,
+                        conclusion,
                         tuple(gaps) if any(gaps) else (),
+                        None if conclusion is None else mark_inside,
                     )
+                    conclusion = None
                     depth -= 1
                     state = SEQ
                     if depth:
@@ -293,19 +374,22 @@ def _scan_parason(parts: list[str], comp: _Compiled):
                     else:
                         nodes = top
                         top.append(node)
+                        closed_k = top_k
                         top_k = -1
                         last_k = i + 1
                 else:
                     exp = tags[THR_O] if nt < ne else tags[P_C]
+                    if nt >= ne and con_inside:
+                        exp = f"{tags[CON_O]} or {exp}"
                     return fail("unexpected_tag", f"expected {exp}, found {tag}", i, tag)
             elif state == OUTL:
                 ne = len(entries)
-                if c == SUB_O or c == TRI_O:
+                if c == SUB_O or c == TRI_O or c == OLN_O:
                     if ne >= max_b:
                         msg = f"more than max_branches={max_b} outline entries"
                         return fail("too_many_branches", msg, i, tag)
                     if i + 2 < n and codes[parts[i + 2]] == c + 1:  # fast path: the whole entry
-                        entries.append((SUBTASK if c == SUB_O else TRIAL, parts[i + 1]))
+                        entries.append((_ENTRY_KIND[c], parts[i + 1]))
                         i += 4
                         continue
                     entry = c
@@ -315,8 +399,14 @@ def _scan_parason(parts: list[str], comp: _Compiled):
                         return fail("too_few_branches", f"{ne} outline entries, need >= {min_b}", i, tag)
                     state = THREADS
                 else:
-                    exp = f"{tags[SUB_O]}, {tags[TRI_O]} or {tags[OUT_C]}"
+                    exp = f"{entry_tags} or {tags[OUT_C]}"
                     return fail("unexpected_tag", f"expected {exp}, found {tag}", i, tag)
+            elif state == _CON_END:
+                if c != P_C:
+                    return fail("unexpected_tag", f"expected {tags[P_C]} after {con_c}, found {tag}", i, tag)
+                gaps.pop()  # appended again when THREADS takes the same tag and closes the block
+                state = THREADS
+                continue
             else:  # _PA_OPEN
                 if c != OUT_O:
                     return fail("unexpected_tag", f"expected {tags[OUT_O]}, found {tag}", i, tag)
@@ -341,15 +431,41 @@ def _scan_parason(parts: list[str], comp: _Compiled):
                     nodes.append(piece)
                 bodies.append(tuple(nodes))
                 state = THREADS
+            elif (c == CON_O and con_after and nodes and type(nodes[-1]) is Block and nodes[-1].summary is None
+                  and not piece.strip(GAP_CHARS)):  # right after a block's </Parallel>: its conclusion
+                if i + 2 < n and parts[i + 2] == con_c:  # fast path: the whole conclusion
+                    nodes[-1] = with_conclusion(nodes[-1], parts[i + 1], piece)
+                    if not depth:
+                        last_k = i + 3
+                    i += 4
+                    continue
+                pending, pending_gap = nodes.pop(), piece
+                if not depth:
+                    top_k = closed_k
+                state = _IN_SUM
             else:
                 where = "in a Thread" if depth else "in the main chain"
-                return fail("unexpected_tag", f"unexpected {tag} {where}", i, tag)
+                hint = f" (a conclusion follows {tags[P_C]} directly)" if c == CON_O and con_after else ""
+                return fail("unexpected_tag", f"unexpected {tag} {where}{hint}", i, tag)
+        elif state == _IN_SUM:  # inside a <Conclusion>
+            if c != CON_C:
+                return fail("unexpected_tag", f"expected {con_c} inside Conclusion, found {tag}", i, tag)
+            if pending is not None:  # after the block
+                nodes.append(with_conclusion(pending, piece, pending_gap))
+                pending = None
+                state = SEQ
+                if not depth:
+                    top_k = -1
+                    last_k = i + 1
+            else:
+                conclusion = piece
+                state = _CON_END
         else:  # _IN_ENTRY
             if c != entry + 1:
-                if c == SUB_C or c == TRI_C:
+                if c == SUB_C or c == TRI_C or c == OLN_C:
                     return fail("mismatched_close", f"{tag} closes {tags[entry]}", i, tag)
                 return fail("unexpected_tag", f"expected {tags[entry + 1]}, found {tag}", i, tag)
-            entries.append((SUBTASK if entry == SUB_O else TRIAL, piece))
+            entries.append((_ENTRY_KIND[entry], piece))
             state = OUTL
         i += 2
     return _end(parts, comp, state, top, top_k, last_k)

@@ -5,14 +5,28 @@ the metrics and the EBNF grammars are all derived.  Tag strings and limits are c
 override them with :func:`get_spec` (``get_spec("parason", max_depth=2)``) or
 ``dataclasses.replace``.
 
-Parallel-R1::
+Parallel-R1 (the summary after the block, the public convention, or inside it)::
 
+    <Parallel> <Path>...</Path> x [min_branches, max_branches] </Parallel> <Summary>...</Summary>
     <Parallel> <Path>...</Path> x [min_branches, max_branches] <Summary>...</Summary> </Parallel>
 
-Parason::
+Parason (``<Outline>`` entries and the ``<Conclusion>`` are the release generator's spellings)::
 
-    <Parallel> <Outlines> (<Subtask>...</Subtask> | <Trial>...</Trial>) x [min, max] </Outlines>
-               <Thread>...</Thread> x (one per outline entry) </Parallel>
+    <Parallel> <Outlines> (<Subtask>..</Subtask> | <Trial>..</Trial> | <Outline>..</Outline>) x [min, max]
+               </Outlines> <Thread>...</Thread> x (one per entry) [<Conclusion>...</Conclusion>] </Parallel>
+               [<Conclusion>...</Conclusion>]
+
+Where the summary goes is config: ``summary_accept`` lists the placements the parser accepts
+(``"after"``: right after ``</Parallel>``, only whitespace between; ``"inside"``: the block's last
+element), ``summary_placement`` the one the grammar, the renderer's default, teachers, the toy
+world, prompts and executors write.  Parallel-R1 needs its summary; Parason's conclusion is
+optional.  The public Parallel-R1 prompt, data and rollout loop write ``</Parallel><Summary>``,
+hence the default ``summary_placement="after"``; both placements are accepted by default.
+
+``aliases`` (Parason) accepts the release's ``<Outline>`` entries and ``<Conclusion>``.  They
+are parsed, never emitted (:func:`formats.tree.is_written` tells a tree the format writes): the grammar and every writer use ``<Subtask>``/``<Trial>``.  An
+``<Outline>`` entry is untyped (branch kind ``"outline"``); ``outline_kind`` says what the metrics
+and rewards count it as: ``"outline"`` (neither subtask nor trial), ``"subtask"`` or ``"trial"``.
 
 Tag strings must have the shape ``<Name>`` / ``</Name>``: start with ``<``, end with ``>``,
 contain no other ``<`` or ``>`` and no whitespace; tags of one format must be distinct.
@@ -31,12 +45,15 @@ __all__ = [
     "FORMAT_NAMES",
     "PARALLEL_R1",
     "PARASON",
+    "PLACEMENTS",
     "FormatSpec",
     "get_spec",
     "resolve_spec",
 ]
 
 FORMAT_NAMES: tuple[str, ...] = ("parallel_r1", "parason")
+#: Where a summary (Parallel-R1) or conclusion (Parason) may sit: after ``</Parallel>``, or inside.
+PLACEMENTS: tuple[str, ...] = ("after", "inside")
 
 #: Upper bound for ``max_branches`` and ``max_depth``: the grammar has one rule family per depth
 #: and one alternative per branch count, and renderer/metrics recurse once per nesting level.
@@ -70,6 +87,16 @@ class FormatSpec:
     trial_close: str = "</Trial>"
     thread_open: str = "<Thread>"
     thread_close: str = "</Thread>"
+    # the Parason release's spellings (parsed when `aliases`, never written)
+    outline_open: str = "<Outline>"
+    outline_close: str = "</Outline>"
+    conclusion_open: str = "<Conclusion>"
+    conclusion_close: str = "</Conclusion>"
+    aliases: bool = True
+    outline_kind: str = "outline"
+    # where the summary (Parallel-R1) / conclusion (Parason) goes: written, and accepted
+    summary_placement: str = "after"
+    summary_accept: tuple[str, ...] = ("after", "inside")
     # limits
     min_branches: int = 2
     max_branches: int = 8
@@ -85,7 +112,19 @@ class FormatSpec:
             )
         if not (1 <= self.max_depth <= MAX_LIMIT):
             raise ValueError(f"max_depth must be in [1, {MAX_LIMIT}], got {self.max_depth}")
-        tags = self.tags
+        if self.summary_placement not in PLACEMENTS:
+            raise ValueError(f"summary_placement must be one of {PLACEMENTS}, got {self.summary_placement!r}")
+        accept = self.summary_accept
+        if isinstance(accept, str) or not accept or any(a not in PLACEMENTS for a in accept):
+            raise ValueError(f"summary_accept must be a non-empty tuple of {PLACEMENTS}, got {accept!r}")
+        if self.summary_placement not in accept:
+            raise ValueError(f"summary_accept {tuple(accept)} must include summary_placement "
+                             f"{self.summary_placement!r} (the parser must read what the format writes)")
+        if not isinstance(accept, tuple):
+            object.__setattr__(self, "summary_accept", tuple(accept))  # a list from a config file
+        if self.outline_kind not in ("outline", "subtask", "trial"):
+            raise ValueError(f"outline_kind must be 'outline', 'subtask' or 'trial', got {self.outline_kind!r}")
+        tags = self.parse_tags
         for t in tags:
             # Every tag is '<' + name + '>' with no other '<' or '>' inside.  This keeps tag
             # occurrences non-overlapping (so one regex scan finds them all unambiguously) and
@@ -118,14 +157,31 @@ class FormatSpec:
         '</Thr'
         """
         prefixes = _tag_prefixes(self)
-        for i in range(max(0, len(text) - max(map(len, self.tags))), len(text)):
+        for i in range(max(0, len(text) - max(map(len, self.parse_tags))), len(text)):
             if text[i:] in prefixes:
                 return text[i:]
         return ""
 
+    def accepts(self, placement: str) -> bool:
+        """Whether the parser accepts a summary / conclusion at `placement` ("after" or "inside")."""
+        return placement in self.summary_accept
+
+    @property
+    def uses_aliases(self) -> bool:
+        """Whether the parser reads the release's ``<Outline>`` / ``<Conclusion>`` (Parason only)."""
+        return self.aliases and self.is_parason
+
+    @property
+    def parse_tags(self) -> tuple[str, ...]:
+        """The tags the parser splits at: :attr:`tags`, plus the aliases it accepts."""
+        if not self.uses_aliases:
+            return self.tags
+        return self.tags + (self.outline_open, self.outline_close, self.conclusion_open, self.conclusion_close)
+
     @property
     def tags(self) -> tuple[str, ...]:
-        """Every opening and closing tag this format uses, in a stable order."""
+        """Every opening and closing tag this format writes, in a stable order (every one is a
+        token of a tokenizer that runs the executors; aliases are in :attr:`parse_tags`)."""
         if self.name == "parallel_r1":
             return (
                 self.parallel_open,
@@ -157,7 +213,7 @@ _DEFAULTS = {"parallel_r1": PARALLEL_R1, "parason": PARASON}
 
 @lru_cache(maxsize=64)
 def _tag_prefixes(spec: FormatSpec) -> frozenset[str]:
-    return frozenset(t[:i] for t in spec.tags for i in range(1, len(t)))
+    return frozenset(t[:i] for t in spec.parse_tags for i in range(1, len(t)))
 
 
 def get_spec(name: str, **overrides) -> FormatSpec:

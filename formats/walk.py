@@ -9,16 +9,18 @@ Two walkers, both visiting the tree in textual order and keeping the same tallie
   1 unit and whitespace gaps 0, so it only steps a part index through the tree and looks up the
   text pieces (total units are ``sum(wc)``).  The tree must be the parser's tree of that split.
 
-Both return ``(total, crit, blocks, branches, depth, first, subtask, trial, path)`` for
+Both return ``(total, crit, blocks, branches, depth, first, subtask, trial, path, outline)`` for
 :func:`formats.metrics.compute_metrics`.  A block *saves* its summed branch units minus the
 longest branch's critical path; a critical path is the units minus the savings of the outermost
-blocks in it (a nested block's saving is part of its branch's critical path).
+blocks in it (a nested block's saving is part of its branch's critical path).  A summary or
+conclusion is sequential text of the block, wherever it sits.  An untyped ``<Outline>`` branch is
+tallied as ``spec.outline_kind``.
 """
 
 from __future__ import annotations
 
 from formats.spec import FormatSpec
-from formats.tree import PATH, SUBTASK, TRIAL, Block
+from formats.tree import OUTLINE, PATH, SUBTASK, TRIAL, Block
 
 
 class _Walker:
@@ -30,7 +32,7 @@ class _Walker:
         self.spec = spec
         self.count = count
         self.pos = 0  # units so far
-        self.shares = {"main": 0, PATH: 0, SUBTASK: 0, TRIAL: 0}  # units by innermost branch kind
+        self.shares = {"main": 0, PATH: 0, SUBTASK: 0, TRIAL: 0, OUTLINE: 0}  # units by innermost branch kind
         self.blocks = 0
         self.branches = 0
         self.depth = 0
@@ -40,7 +42,7 @@ class _Walker:
         crit = self.seq(nodes, "main", 0)
         sh = self.shares
         tallies = (self.blocks, self.branches, self.depth, self.first)
-        return (self.pos, crit, *tallies, sh[SUBTASK], sh[TRIAL], sh[PATH])
+        return (self.pos, crit, *tallies, sh[SUBTASK], sh[TRIAL], sh[PATH], sh[OUTLINE])
 
     def seq(self, nodes, kind: str, depth: int) -> int:
         """Walk a node sequence; returns its critical-path units."""
@@ -81,15 +83,18 @@ class _Walker:
         sum_units = 0
         max_crit = 0
         piece(spec.parallel_open, kind, True)
+        okind = spec.outline_kind
         if spec.is_parason:
-            gaps = b.gaps or ("",) * (2 * n + 3)
+            gaps = b.gaps or ("",) * (2 * n + 3 + (b.summary is not None))
             piece(gaps[0], kind, False)
             piece(spec.outlines_open, kind, True)
             piece(gaps[1], kind, False)
             for i, br in enumerate(b.branches):
-                k = br.kind
-                if k == TRIAL:
+                k = okind if br.kind == OUTLINE else br.kind
+                if br.kind == TRIAL:
                     o, c = spec.trial_open, spec.trial_close
+                elif br.kind == OUTLINE:
+                    o, c = spec.outline_open, spec.outline_close
                 else:
                     o, c = spec.subtask_open, spec.subtask_close
                 piece(o, k, True)
@@ -99,10 +104,13 @@ class _Walker:
             piece(spec.outlines_close, kind, True)
             piece(gaps[n + 2], kind, False)
             for i, br in enumerate(b.branches):
-                units, c = self._branch(spec.thread_open, br.body, spec.thread_close, br.kind, depth)
+                k = okind if br.kind == OUTLINE else br.kind
+                units, c = self._branch(spec.thread_open, br.body, spec.thread_close, k, depth)
                 sum_units += units
                 max_crit = max(max_crit, c)
                 piece(gaps[n + 3 + i], kind, False)
+            last = 2 * n + 3
+            s_open, s_close = spec.conclusion_open, spec.conclusion_close
         else:
             gaps = b.gaps or ("",) * (n + 2)
             piece(gaps[0], kind, False)
@@ -111,22 +119,37 @@ class _Walker:
                 sum_units += units
                 max_crit = max(max_crit, c)
                 piece(gaps[1 + i], kind, False)
-            piece(spec.summary_open, kind, True)
-            piece(b.summary or "", kind, False)
-            piece(spec.summary_close, kind, True)
-            piece(gaps[n + 1], kind, False)
-        piece(spec.parallel_close, kind, True)
+            last = n + 1
+            s_open, s_close = spec.summary_open, spec.summary_close
+        after = (b.placement or spec.summary_placement) == "after"
+        if b.summary is not None and after:
+            piece(spec.parallel_close, kind, True)
+            piece(gaps[last], kind, False)
+        if b.summary is not None:
+            piece(s_open, kind, True)
+            piece(b.summary, kind, False)
+            piece(s_close, kind, True)
+        if b.summary is None or not after:
+            if b.summary is not None:
+                piece(gaps[last], kind, False)
+            piece(spec.parallel_close, kind, True)
         return (self.pos - start) - sum_units + max_crit
 
 
-def _walk_parts(nodes, wc: list[int], parason: bool) -> tuple:
+def _walk_parts(nodes, wc: list[int], spec: FormatSpec) -> tuple:
     """Tallies of a parser tree (top-level ``nodes``) from ``wc``, the unit count of every part."""
     total = sum(wc)
-    if parason:
+    outline = 0
+    if spec.is_parason:
         w = _ParasonParts(wc)
         w.seq(nodes, 0, 0)
         blocks, branches, depth = w.blocks, w.branches, w.depth
-        saving, sub, trial, path = w.saving, w.sub, w.trial, 0
+        saving, sub, trial, path, outline = w.saving, w.sub, w.trial, 0, w.outline
+        if outline and spec.outline_kind != OUTLINE:  # untyped entries counted as a kind
+            if spec.outline_kind == SUBTASK:
+                sub, outline = sub + outline, 0
+            else:
+                trial, outline = trial + outline, 0
     else:
         blocks = branches = saving = path = sub = trial = 0
         k = 0  # the part before the next block's <Parallel>
@@ -139,11 +162,11 @@ def _walk_parts(nodes, wc: list[int], parason: bool) -> tuple:
                 path += units
                 blocks += 1
                 branches += nb
-                k += 4 * nb + 8  # past <Summary> text </Summary> g </Parallel>
+                k += 4 * nb + 8  # past <Summary> text </Summary> g </Parallel> (or </Parallel> g <Summary> ..)
         depth = 1 if blocks else 0
     # the first tag of a valid text is the first <Parallel>: part 1
     first = wc[0] if blocks else None
-    return total, total - saving, blocks, branches, depth, first, sub, trial, path
+    return total, total - saving, blocks, branches, depth, first, sub, trial, path, outline
 
 
 class _ParasonParts:
@@ -154,11 +177,11 @@ class _ParasonParts:
     node (an empty piece has no node in the tree but is still stepped over).
     """
 
-    __slots__ = ("blocks", "branches", "depth", "saving", "sub", "trial", "wc")
+    __slots__ = ("blocks", "branches", "depth", "outline", "saving", "sub", "trial", "wc")
 
     def __init__(self, wc: list[int]):
         self.wc = wc
-        self.blocks = self.branches = self.depth = self.saving = self.sub = self.trial = 0
+        self.blocks = self.branches = self.depth = self.saving = self.sub = self.trial = self.outline = 0
 
     def seq(self, nodes, k: int, depth: int) -> int:
         """Walk a node sequence whose first piece is part ``k``; returns the index of its last piece."""
@@ -175,13 +198,16 @@ class _ParasonParts:
         self.depth = max(self.depth, depth)
         wc = self.wc
         saving0 = self.saving
-        sub = trial = 0  # units of this block's branches, nested branches excluded
+        sub = trial = outl = 0  # units of this block's branches, nested branches excluded
         k += 4  # the gap after <Outlines>: <Parallel> g0 <Outlines> g1
         for br in branches:
-            if br.kind == TRIAL:  # <Trial> text </Trial> gap
+            kind = br.kind
+            if kind == TRIAL:  # <Trial> text </Trial> gap
                 trial += 2 + wc[k + 2]
-            else:
+            elif kind == SUBTASK:
                 sub += 2 + wc[k + 2]
+            else:
+                outl += 2 + wc[k + 2]
             k += 4
         k += 2  # the gap after </Outlines>
         sum_units = max_crit = 0
@@ -192,20 +218,25 @@ class _ParasonParts:
                 k += 4
             else:
                 saved = self.saving
-                nested0 = self.sub + self.trial
+                nested0 = self.sub + self.trial + self.outline
                 end = self.seq(body, k + 2, depth)  # the body's pieces are parts k + 2 .. end
                 units = 2 + sum(wc[k + 2 : end + 1])
                 crit = units - (self.saving - saved)  # the savings of the blocks in the body
-                own = units - (self.sub + self.trial - nested0)
+                own = units - (self.sub + self.trial + self.outline - nested0)
                 k = end + 2
-            if br.kind == TRIAL:
+            kind = br.kind
+            if kind == TRIAL:
                 trial += own
-            else:
+            elif kind == SUBTASK:
                 sub += own
+            else:
+                outl += own
             sum_units += units
             max_crit = max(max_crit, crit)
         # this block's saving replaces its nested blocks' (already counted in max_crit)
         self.saving = saving0 + sum_units - max_crit
         self.sub += sub
         self.trial += trial
-        return k + 2  # past </Parallel>
+        self.outline += outl
+        # past </Parallel>; a conclusion, inside or after, adds 4 parts (2 tags, its text, a gap)
+        return k + 2 if b.summary is None else k + 6

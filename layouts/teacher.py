@@ -95,6 +95,9 @@ class _Walk:
 
         s = self.spec
         n = len(block.branches)
+        if block.summary is not None and s.is_parason:
+            raise ValueError("a Parason <Conclusion> (the release's alias) is never written by the executor; "
+                             "drop it from the trace before training on it")
         gaps = block.gaps or ("",) * (2 * n + 3 if s.is_parason else n + 2)
         if s.is_parason:  # the main request writes the outline; </Outlines> is the fork point
             self.emit(row, s.parallel_open + gaps[0] + s.outlines_open + gaps[1], True)
@@ -137,6 +140,10 @@ class _Walk:
             row = children[-1]
         if s.is_parason:
             self.emit(row, s.parallel_close, False)
+        elif (block.placement or s.summary_placement) == "after":  # </Parallel><Summary> forced, the summary sampled
+            self.emit(row, s.parallel_close, False)
+            self.emit(row, s.summary_open, False)
+            self.emit(row, block.summary + s.summary_close, True)
         else:
             self.emit(row, s.summary_open, False)
             self.emit(row, block.summary + s.summary_close, True)

@@ -83,7 +83,9 @@ def role_scripts(tree: Tree, fmt: str, tok) -> dict[tuple, list[int]]:
                 text += spec.parallel_open
                 for k, b in enumerate(node.branches):
                     out[role + (forks, k)] = spec.path_open + "".join(b.body) + spec.path_close
-                text += spec.summary_open + node.summary + spec.summary_close + spec.parallel_close
+                summary = spec.summary_open + node.summary + spec.summary_close
+                after = (node.placement or spec.summary_placement) == "after"
+                text += spec.parallel_close + summary if after else summary + spec.parallel_close
             forks += 1
         return text
 

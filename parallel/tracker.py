@@ -14,9 +14,11 @@ tracker so that, for the same sampled tokens, they force exactly the same tags:
 * ``sequential``: the same request goes on and writes the branches one after another.
 
 Forced tags (the executor writes them, they are not sampled): each branch's opening tag
-(`<Thread>` / `<Path>`), Parason's `</Parallel>` after the last thread, Parallel-R1's `<Summary>`
-after the last path and `</Parallel>` after `</Summary>`; `</Outlines>` once `max_branches`
-entries are closed; and the closing sequence when a cap or EOS is hit ("closing mode").
+(`<Thread>` / `<Path>`), Parason's `</Parallel>` after the last thread, Parallel-R1's summary
+tags where `spec.summary_placement` puts them (after: `</Parallel><Summary>` after the last path;
+inside: `<Summary>` after the last path and `</Parallel>` after `</Summary>`); `</Outlines>` once
+`max_branches` entries are closed; and the closing sequence when a cap or EOS is hit ("closing
+mode").
 
 Thread headers (Parason). An executed thread sees the shared prefix — the whole outline — and
 its own tokens only: every thread of a block has the same context, so nothing would tell thread
@@ -40,7 +42,7 @@ from formats import THREAD_HEADER_SEP, FormatSpec
 SEQ = "seq"  # free text: the main chain (depth 0) or a branch body (Thread / Path)
 OUTLINE = "outline"  # Parason: after <Parallel>, until </Outlines>
 BRANCHES = "branches"  # between branches of a block (threads / paths); never sampled in
-SUMMARY = "summary"  # Parallel-R1: inside <Summary> .. </Parallel>
+SUMMARY = "summary"  # Parallel-R1: from the forced <Summary> to the block's last tag
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,9 @@ class Tracker:
     def _in_summary(self, top: Frame, tok: int) -> Event:
         s, t = self.spec, self.t
         if not top.flag and tok == t[s.summary_close]:
+            if s.summary_placement == "after":  # </Summary> ends the block
+                self._pop()
+                return Event()
             top.flag = True
             return Event(force=[t[s.parallel_close]])
         if top.flag and tok == t[s.parallel_close]:
@@ -199,6 +204,8 @@ class Tracker:
             return [t[s.parallel_close]]
         depth = self._pop().depth
         self.frames.append(Frame(SUMMARY, depth))
+        if s.summary_placement == "after":
+            return [t[s.parallel_close], t[s.summary_open]]
         return [t[s.summary_open]]
 
     # ---- caps -------------------------------------------------------------------------------

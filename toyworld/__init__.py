@@ -7,7 +7,7 @@ Two families need the two kinds of parallelism:
   states the one that passes (exactly one does).
 
 Each :class:`Problem` carries three traces of the same solution, all ending ``" #### <answer>"``:
-``serial`` (no tags), ``parallel_r1`` (``<Parallel><Path>..<Summary>..``) and ``parason``
+``serial`` (no tags), ``parallel_r1`` (``<Parallel><Path>..</Parallel><Summary>..``) and ``parason``
 (``<Parallel><Outlines><Subtask|Trial>..</Outlines><Thread>..``).  No torch or ray imports.
 
 >>> train, test = make_splits(100, 20, seed=0, difficulty=1)

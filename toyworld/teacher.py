@@ -5,7 +5,7 @@ The parallel traces are built as ``formats`` trees and rendered by ``formats.ren
 format module is the contract; nothing here spells a tag).  Examples for ``3*4+5*6``::
 
     serial      3*4=12 5*6=30 12+30=42 #### 42
-    parallel_r1 <Parallel><Path>3*4=12</Path><Path>5*6=30</Path><Summary>12+30=42</Summary></Parallel> #### 42
+    parallel_r1 <Parallel><Path>3*4=12</Path><Path>5*6=30</Path></Parallel><Summary>12+30=42</Summary> #### 42
     parason     <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>
                 <Thread>3*4\n3*4=12</Thread><Thread>5*6\n5*6=30</Thread></Parallel>12+30=42 #### 42
 
@@ -103,7 +103,7 @@ def render_parallel_r1(sol: Solution, spec: FormatSpec = PARALLEL_R1, answer_lin
     >>> from toyworld.problem import Part
     >>> s = Solution("trial", (Part("x=2", "2*7=14 14%10=4 no"), Part("x=3", "3*7=21 21%10=1 yes")), "x=3", 3)
     >>> render_parallel_r1(s)
-    '<Parallel><Path>2*7=14 14%10=4 no</Path><Path>3*7=21 21%10=1 yes</Path><Summary>x=3</Summary></Parallel> #### 3'
+    '<Parallel><Path>2*7=14 14%10=4 no</Path><Path>3*7=21 21%10=1 yes</Path></Parallel><Summary>x=3</Summary> #### 3'
     """
     return render(parallel_r1_tree(sol, answer_line), spec)
 

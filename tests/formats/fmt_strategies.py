@@ -7,19 +7,20 @@ import re
 
 from hypothesis import strategies as st
 
-from formats import PATH, SUBTASK, TRIAL, Block, Branch, FormatSpec, Tree, canonical_nodes
+from formats import OUTLINE, PATH, SUBTASK, TRIAL, Block, Branch, FormatSpec, Tree, canonical_nodes
 
 # Fragments chosen to stress the content alphabet rule: '<', '>', partial tags, tag names
 # without brackets, tags of the *other* format, multi-byte characters, whitespace of all kinds.
 FRAGMENTS = [
     "a", "b", "x", "1", "42", " ", "  ", "\n", "\t", "\r\n", "=", "*", "+", "#### ", ".", "é", "→", "数",
     "<", ">", "/", "x < 3", "a>b", "<Pa", "Path>", "</Thr", "<Thread", "Subtask", "<Foo>", "</", "<<",
-    "<Parallel", "Parallel>", "</Summary", "<Outlines", "<Trial", "Trial>",
+    "<Parallel", "Parallel>", "</Summary", "<Outlines", "<Trial", "Trial>", "<Outline", "<Conclusion", "<Conclusion>",
+    "<Outline>",
 ]  # fmt: skip
 
 
 def tag_regex(spec: FormatSpec) -> re.Pattern:
-    return re.compile("|".join(re.escape(t) for t in spec.tags))
+    return re.compile("|".join(re.escape(t) for t in spec.parse_tags))
 
 
 def free_text(spec: FormatSpec, max_size: int = 6):
@@ -32,7 +33,7 @@ def free_text(spec: FormatSpec, max_size: int = 6):
 def _other_tags(spec: FormatSpec) -> list[str]:
     from formats import ALL_SPECIAL_TOKENS
 
-    return [t for t in ALL_SPECIAL_TOKENS if t not in spec.tags]
+    return [t for t in ALL_SPECIAL_TOKENS if t not in spec.parse_tags]
 
 
 gap_text = st.text(alphabet=" \t\r\n", max_size=3)
@@ -45,23 +46,35 @@ def _gaps(draw, k: int) -> tuple[str, ...]:
     return g if any(g) else ()
 
 
+def _placement(draw, spec: FormatSpec, written: bool):
+    """A block's recorded placement: None (where the spec writes it) or another accepted one."""
+    if written:
+        return None
+    p = draw(st.sampled_from(spec.summary_accept))
+    return None if p == spec.summary_placement else p
+
+
 @st.composite
-def parason_block(draw, spec: FormatSpec, depth: int = 1):
+def parason_block(draw, spec: FormatSpec, depth: int = 1, written: bool = False):
     # full branch range at the top level; nested blocks stay small so trees do not explode
     hi = spec.max_branches if depth == 1 else min(spec.max_branches, spec.min_branches + 1)
     n = draw(st.integers(spec.min_branches, hi))
     text = free_text(spec)
+    aliases = spec.uses_aliases and not written
+    kinds = (SUBTASK, TRIAL, OUTLINE) if aliases else (SUBTASK, TRIAL)
     branches = []
     for _ in range(n):
-        kind = draw(st.sampled_from((SUBTASK, TRIAL)))
+        kind = draw(st.sampled_from(kinds))
         outline = draw(text)
-        body = draw(parason_seq(spec, depth))
+        body = draw(parason_seq(spec, depth, written))
         branches.append(Branch(kind, body, outline))
+    if aliases and draw(st.booleans()):  # the release's <Conclusion>
+        return Block(tuple(branches), draw(text), _gaps(draw, 2 * n + 4), _placement(draw, spec, written))
     return Block(tuple(branches), None, _gaps(draw, 2 * n + 3))
 
 
 @st.composite
-def parason_seq(draw, spec: FormatSpec, depth: int):
+def parason_seq(draw, spec: FormatSpec, depth: int, written: bool = False):
     """Thread body (``depth`` = depth of the enclosing block) or top level (``depth`` = 0)."""
     text = free_text(spec)
     nodes = [draw(text)]
@@ -69,32 +82,33 @@ def parason_seq(draw, spec: FormatSpec, depth: int):
         # top level: 0-2 blocks; inside a thread: a nested block with probability ~1/4
         k = draw(st.integers(0, 2)) if depth == 0 else int(draw(st.integers(0, 3)) == 3)
         for _ in range(k):
-            nodes.append(draw(parason_block(spec, depth + 1)))
+            nodes.append(draw(parason_block(spec, depth + 1, written)))
             nodes.append(draw(text))
     return canonical_nodes(nodes)
 
 
 @st.composite
-def r1_block(draw, spec: FormatSpec):
+def r1_block(draw, spec: FormatSpec, written: bool = False):
     n = draw(st.integers(spec.min_branches, spec.max_branches))
     text = free_text(spec)
     branches = tuple(Branch(PATH, canonical_nodes([draw(text)])) for _ in range(n))
-    return Block(branches, draw(text), _gaps(draw, n + 2))
+    return Block(branches, draw(text), _gaps(draw, n + 2), _placement(draw, spec, written))
 
 
 @st.composite
-def r1_seq(draw, spec: FormatSpec):
+def r1_seq(draw, spec: FormatSpec, written: bool = False):
     text = free_text(spec)
     nodes = [draw(text)]
     for _ in range(draw(st.integers(0, 3))):
-        nodes.append(draw(r1_block(spec)))
+        nodes.append(draw(r1_block(spec, written)))
         nodes.append(draw(text))
     return canonical_nodes(nodes)
 
 
-def trees(spec: FormatSpec):
-    """Canonical :class:`Tree` trees of ``spec``'s format."""
-    seq = parason_seq(spec, 0) if spec.is_parason else r1_seq(spec)
+def trees(spec: FormatSpec, written: bool = False):
+    """Canonical :class:`Tree` trees of ``spec``'s format: everything its parser accepts (every
+    accepted summary placement, the release aliases), or with `written` only what it writes."""
+    seq = parason_seq(spec, 0, written) if spec.is_parason else r1_seq(spec, written)
     return seq.map(Tree)
 
 

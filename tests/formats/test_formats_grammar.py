@@ -7,7 +7,7 @@ from fmt_strategies import mutate, trees
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from formats import PARALLEL_R1, PARASON, GrammarChecker, compute_metrics, ebnf, get_spec, parse, render
+from formats import PARALLEL_R1, PARASON, GrammarChecker, compute_metrics, ebnf, get_spec, is_written, parse, render
 
 xgr = pytest.importorskip("xgrammar")
 
@@ -63,13 +63,17 @@ HAND = [
     ("<Parallel><Outlines><Subtask>a</Subtask><Trial>b</Trial></Outlines><Thread>x</Thread></Parallel>", "parason", False),
     ("<Parallel> <Outlines>\n<Subtask>a</Subtask>\t<Trial>b</Trial> </Outlines>\n<Thread>x</Thread> <Thread>y</Thread>\n</Parallel>", "parason", True),
     ("<Parallel><Outlines>z<Subtask>a</Subtask><Trial>b</Trial></Outlines><Thread>x</Thread><Thread>y</Thread></Parallel>", "parason", False),
-    ("<Parallel><Path>a</Path><Path>b</Path><Summary>s</Summary></Parallel>", "parallel_r1", True),
-    ("<Parallel><Path>a</Path><Summary>s</Summary></Parallel>", "parallel_r1", False),
+    ("<Parallel><Path>a</Path><Path>b</Path></Parallel><Summary>s</Summary>", "parallel_r1", True),
+    ("<Parallel><Path>a</Path><Path>b</Path></Parallel>\n<Summary>s</Summary>\nFinal Answer: 3", "parallel_r1", True),
+    ("<Parallel><Path>a</Path></Parallel><Summary>s</Summary>", "parallel_r1", False),
     ("<Parallel><Path>a</Path><Path>b</Path></Parallel>", "parallel_r1", False),
-    ("<Parallel><Path>a<Path>b</Path><Path>b</Path><Summary>s</Summary></Parallel>", "parallel_r1", False),
-    ("<Parallel><Path>a <Thread> b</Path><Path>b</Path><Summary>s</Summary></Parallel>", "parallel_r1", True),
-    ("<Parallel>" + "<Path>p</Path>" * 8 + "<Summary></Summary></Parallel>", "parallel_r1", True),
-    ("<Parallel>" + "<Path>p</Path>" * 9 + "<Summary></Summary></Parallel>", "parallel_r1", False),
+    ("<Parallel><Path>a</Path><Path>b</Path></Parallel> so <Summary>s</Summary>", "parallel_r1", False),
+    ("<Parallel><Path>a<Path>b</Path><Path>b</Path></Parallel><Summary>s</Summary>", "parallel_r1", False),
+    ("<Parallel><Path>a <Thread> b</Path><Path>b</Path></Parallel><Summary>s</Summary>", "parallel_r1", True),
+    ("<Parallel>" + "<Path>p</Path>" * 8 + "</Parallel><Summary></Summary>", "parallel_r1", True),
+    ("<Parallel>" + "<Path>p</Path>" * 9 + "</Parallel><Summary></Summary>", "parallel_r1", False),
+    ("<Parallel><Path>a</Path><Path>b</Path><Summary>s</Summary></Parallel><Summary>t</Summary>", "parallel_r1", False),
+    ("x <Conclusion> y", "parason", False),  # an alias tag is never free text
     ("</Parallel>", "parason", False),
     ("<Parallel", "parason", True),
     ("a </Thread", "parason", True),
@@ -81,6 +85,32 @@ def test_hand_cases_agree(checkers, text, fmt, ok):
     assert parse(text, fmt).ok is ok
     assert checkers[fmt].accepts(text) is ok
     assert checkers[fmt].accepts_tokens(text) is ok
+
+
+# The parser reads more than the grammar writes: the other summary placement, the release aliases.
+READ_NOT_WRITTEN = [
+    ("<Parallel><Path>a</Path><Path>b</Path><Summary>s</Summary></Parallel> F", "parallel_r1"),
+    ("<Parallel><Outlines><Outline>1: a</Outline><Outline>2: b</Outline></Outlines>"
+     "<Thread>x</Thread><Thread>y</Thread><Conclusion>c</Conclusion></Parallel>", "parason"),
+    ("<Parallel><Outlines><Subtask>a</Subtask><Trial>b</Trial></Outlines>"
+     "<Thread>x</Thread><Thread>y</Thread></Parallel>\n<Conclusion>c</Conclusion>", "parason"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text,fmt", READ_NOT_WRITTEN)
+def test_parser_reads_what_the_grammar_never_writes(checkers, text, fmt):
+    r = parse(text, fmt)
+    assert r.ok and not is_written(r.tree, fmt == "parason")
+    assert not checkers[fmt].accepts(text)
+
+
+def test_inside_placement_grammar(hf_tokenizer):
+    inside = get_spec("parallel_r1", summary_placement="inside")
+    g = GrammarChecker(inside, hf_tokenizer)
+    assert g.accepts("<Parallel><Path>a</Path><Path>b</Path><Summary>s</Summary></Parallel>")
+    assert not g.accepts("<Parallel><Path>a</Path><Path>b</Path></Parallel><Summary>s</Summary>")
+    only = get_spec("parallel_r1", summary_placement="inside", summary_accept=("inside",))
+    assert not parse("<Parallel><Path>a</Path><Path>b</Path></Parallel><Summary>s</Summary>", only).ok
 
 
 def _nest(depth):
@@ -103,7 +133,7 @@ def _roundtrip_and_grammar(tree, spec, checker):
     assert r.tree == tree
     assert render(r.tree, spec) == text
     assert compute_metrics(r, spec) == compute_metrics(tree, spec, _generic=True)
-    assert checker.accepts(text), text
+    assert checker.accepts(text) is is_written(tree, spec.is_parason), text
 
 
 @settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -130,8 +160,14 @@ def test_property_small_custom_r1(small_checkers, tree):
     _roundtrip_and_grammar(tree, SMALL_R1, small_checkers[SMALL_R1])
 
 
+@SETTINGS
+@given(trees(PARALLEL_R1, written=True))
+def test_property_r1_written(checkers, tree):
+    _roundtrip_and_grammar(tree, PARALLEL_R1, checkers["parallel_r1"])
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(trees(PARASON))
+@given(trees(PARASON, written=True))
 def test_property_token_level(checkers, tree):
     text = render(tree, PARASON)
     assert checkers["parason"].accepts_tokens(text)
@@ -142,7 +178,8 @@ def _differential(spec, checker, tree, seed):
     s = render(tree, spec)
     for _ in range(4):
         s = mutate(s, spec, rng)
-        assert checker.accepts(s) == parse(s, spec).ok, repr(s)
+        r = parse(s, spec)
+        assert checker.accepts(s) == (r.ok and is_written(r.tree, spec.is_parason)), repr(s)
 
 
 @settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -165,17 +202,19 @@ def test_differential_small(small_checkers, tree, seed):
 
 def test_differential_seeded_corpus(checkers):
     """Deterministic: 600 mutants of hand-written valid texts; count both outcomes occur."""
-    from test_formats_parser import EXAMPLE, NESTED, R1
+    from test_formats_parser import EXAMPLE, NESTED, R1, R1_AFTER
 
     rng = random.Random(1234)
     seen = {True: 0, False: 0}
-    for base, fmt in ((EXAMPLE, "parason"), (NESTED, "parason"), (_nest(4), "parason"), (R1, "parallel_r1")):
+    for base, fmt in ((EXAMPLE, "parason"), (NESTED, "parason"), (_nest(4), "parason"), (R1, "parallel_r1"),
+                      (R1_AFTER, "parallel_r1")):
         spec = PARASON if fmt == "parason" else PARALLEL_R1
         for _ in range(150):
             s = base
             for _ in range(rng.randint(1, 3)):
                 s = mutate(s, spec, rng)
-            ok = parse(s, spec).ok
+            r = parse(s, spec)
+            ok = r.ok and is_written(r.tree, spec.is_parason)
             assert checkers[fmt].accepts(s) == ok, repr(s)
             seen[ok] += 1
     assert seen[True] > 20 and seen[False] > 200

@@ -31,6 +31,11 @@ R1 = (
     "Q: 2+2?\n<Parallel>\n<Path>two plus two is 4</Path>\n<Path>4</Path>\n<Path></Path>\n"
     "<Summary>all say 4</Summary>\n</Parallel>\nAnswer: 4"
 )
+# the public Parallel-R1 convention: the summary right after </Parallel>
+R1_AFTER = (
+    "Q: 2+2?\n<Parallel>\n<Path>two plus two is 4</Path>\n<Path>4</Path>\n</Parallel>\n"
+    "<Summary>both say 4</Summary>\n\nFinal Answer: 4"
+)
 
 
 def test_example_tree():
@@ -80,6 +85,7 @@ def test_r1_tree_with_gaps_and_empty_path():
                 (Branch(PATH, ("two plus two is 4",)), Branch(PATH, ("4",)), Branch(PATH, ())),
                 "all say 4",
                 ("\n", "\n", "\n", "\n", "\n"),
+                "inside",  # not where the default spec writes it (after </Parallel>)
             ),
             "\nAnswer: 4",
         )
@@ -136,7 +142,9 @@ ERRORS = [
     ("<Parallel> x <Path>a</Path><Path>b</Path><Summary>s</Summary></Parallel>", "parallel_r1", "malformed", "text_between_tags", 10, 1),
     ("<Parallel><Path>a<Parallel>", "parallel_r1", "malformed", "unexpected_tag", 17, 3),
     ("<Parallel><Path>a</Path><Path>b</Path><Summary>s</Summary><Path>", "parallel_r1", "malformed", "unexpected_tag", 58, 10),
-    ("<Parallel><Path>a</Path><Path>b</Path></Parallel>", "parallel_r1", "malformed", "unexpected_tag", 38, 7),
+    ("<Parallel><Path>a</Path><Path>b</Path><Parallel>", "parallel_r1", "malformed", "unexpected_tag", 38, 7),
+    ("<Parallel><Path>a</Path><Path>b</Path></Parallel> so 3", "parallel_r1", "malformed", "missing_summary", 49, 8),
+    ("<Parallel><Path>a</Path><Path>b</Path></Parallel>\n<Path>", "parallel_r1", "malformed", "missing_summary", 50, 8),
     ("<Parallel><Outlines><Subtask>a</Trial>", "parason", "malformed", "mismatched_close", 30, 4),
     ("<Parallel><Subtask>", "parason", "malformed", "unexpected_tag", 10, 1),
     ("<Parallel><Outlines></Outlines>", "parason", "malformed", "too_few_branches", 20, 2),
@@ -154,6 +162,11 @@ ERRORS = [
     ("<Parallel>\n", "parason", "unclosed_block", "unclosed_block", 11, 1),
     ("<Parallel>\n<Outl", "parason", "unclosed_block", "unclosed_block", 16, 2),
     ("<Parallel><Path>a</Path><Path>b</Path><Summary>s</Summary>", "parallel_r1", "unclosed_block", "unclosed_block", 58, 10),
+    ("<Parallel><Path>a</Path><Path>b</Path></Parallel>", "parallel_r1", "unclosed_block", "unclosed_block", 49, 8),
+    ("<Parallel><Path>a</Path><Path>b</Path></Parallel>\n<Summ", "parallel_r1", "unclosed_block", "unclosed_block", 55, 9),
+    ("<Parallel><Path>a</Path><Path>b</Path></Parallel><Summary>s", "parallel_r1", "truncated_in_branch", "truncated_in_branch", 59, 10),
+    ("<Parallel><Outlines><Trial>a</Trial><Trial>b</Trial></Outlines><Thread>x</Thread><Thread>y</Thread></Parallel>"
+     "<Conclusion>c", "parason", "truncated_in_branch", "truncated_in_branch", 123, 18),
     ("<Parallel><Outlines><Trial>a</Trial><Trial>b</Trial></Outlines><Thread>x</Thread>", "parason", "unclosed_block", "unclosed_block", 81, 12),
 ]  # fmt: skip
 

@@ -64,6 +64,11 @@ class DataConfig:
     teacher_serial: float = 0.0
     # Which teacher trace the SFT stage imitates: serial | parallel_r1 | parason.
     trace: str = "parallel_r1"
+    # Format options (formats.FormatSpec fields; the defaults follow the public projects):
+    # summary_placement (after | inside: where teachers, the toy world, prompts, the grammar and the
+    # executors write the Parallel-R1 summary), summary_accept (placements the parser takes, e.g.
+    # "after,inside"), aliases (read the Parason release's <Outline>/<Conclusion>), outline_kind.
+    format_options: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check(self.n_train > 0 and self.n_test > 0, "data.n_train/n_test", "must be positive")
@@ -75,6 +80,21 @@ class DataConfig:
             _check(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p < 1, f"data.{key}",
                    f"must be in [0, 1), got {p!r}")
         _check(self.trace in ("serial", "parallel_r1", "parason"), "data.trace", f"unknown trace {self.trace!r}")
+        try:
+            self.spec  # noqa: B018 -- unknown option or bad value: fail at config time
+        except ValueError as e:
+            raise ValueError(f"data.format_options: {e}") from None
+
+    @property
+    def spec(self):
+        """The run's :class:`formats.FormatSpec`: :attr:`format` with :attr:`format_options`."""
+        from formats.spec import FORMAT_OPTIONS, get_spec, parse_options
+
+        opts = dict(self.format_options or {})
+        bad = sorted(set(opts) - set(FORMAT_OPTIONS))
+        if bad:
+            raise ValueError(f"unknown option(s) {bad}; valid: {list(FORMAT_OPTIONS)}")
+        return get_spec(self.format, **parse_options(opts))
 
     @property
     def format(self) -> str:

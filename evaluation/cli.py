@@ -25,6 +25,7 @@ from pathlib import Path
 
 from datafiles import ANSWER_FIELDS, TEXT_FIELDS, FieldError, field, find_field, read_rows, text_of
 from evaluation.metrics import PAPER_BUDGETS, evaluate_outputs
+from formats.cli import add_format_options, spec_from_args
 
 __all__ = ["main", "read_outputs"]
 
@@ -84,6 +85,7 @@ def _ints(text: str) -> list[int]:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", default="parallel_r1", choices=("parallel_r1", "parason"))
+    add_format_options(p)
     p.add_argument("--k", type=int, default=None, help="samples per problem (outputs: default = fewest present)")
     p.add_argument("--budgets", type=_ints, default=list(PAPER_BUDGETS), help="critical-path budgets, e.g. 16,32,64")
     p.add_argument("--pass-ks", type=_ints, default=None, help="pass@j values (default 1, powers of 2, k)")
@@ -190,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         argv.insert(0, "checkpoint" if Path(argv[0]).is_dir() else "outputs")  # bare path
     args = _parser().parse_args(argv)
     try:
+        if isinstance(getattr(args, "format", None), str) and hasattr(args, "summary_accept"):
+            args.format = spec_from_args(args.format, args)  # the format with its options
         return {"outputs": _outputs, "checkpoint": _checkpoint}.get(args.cmd, lambda a: a.run(a))(args)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

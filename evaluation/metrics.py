@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import formats
+from formats.spec import format_options
 from rewards.extract import extract_answer
 
 __all__ = [
@@ -104,7 +105,8 @@ def score_with_rewards(fmt: str, verifier: str = "math_verify") -> Scorer:
     """A scorer using the ``accuracy`` reward in-process (math-verify's own soft timeout)."""
     import rewards
 
-    params = {"format": fmt, "verifier": verifier}
+    spec = formats.get_spec(fmt) if isinstance(fmt, str) else fmt
+    params = {"format": spec.name, "verifier": verifier, **format_options(spec)}
 
     def score(groups: list[tuple[list[str], str]]) -> list[list[bool]]:
         return [list(rewards.score_group("accuracy", texts, gt, params=params).correct) for texts, gt in groups]
@@ -223,7 +225,7 @@ def evaluate_outputs(samples: list[dict], fmt: str = "parallel_r1", k: int | Non
     Returns ``{"format", "k", "budgets", "benchmarks": {name: summary + "strata"}, "overall"}``;
     ``overall["avg_mean@k"]`` is the papers' Avg. column (unweighted mean over benchmarks).
     """
-    formats.get_spec(fmt)  # clear error for an unknown format
+    fmt = formats.get_spec(fmt) if isinstance(fmt, str) else fmt  # clear error for an unknown format
     if any((not isinstance(b, int)) or b < 1 for b in budgets):
         raise ValueError(f"budgets must be positive ints, got {list(budgets)}")
     groups, k = _group(samples, k)
@@ -232,7 +234,7 @@ def evaluate_outputs(samples: list[dict], fmt: str = "parallel_r1", k: int | Non
     by_bench: dict[str, list[tuple[dict, list[dict]]]] = defaultdict(list)
     for (bench, _uid), g in groups.items():
         by_bench[bench].append((g[0], recs[(bench, _uid)]))
-    result: dict[str, Any] = {"format": fmt, "k": k, "budgets": list(budgets), "pass_ks": pass_ks, "benchmarks": {}}
+    result: dict[str, Any] = {"format": fmt.name, "k": k, "budgets": list(budgets), "pass_ks": pass_ks, "benchmarks": {}}
     for bench, items in sorted(by_bench.items()):
         summ = _summary([r for _, r in items], k, pass_ks, budgets)
         numbers = [int(s["problem_number"]) for s, _ in items if s.get("problem_number") is not None]

@@ -15,7 +15,7 @@ the engine path feeds the string as it is (base models, as in both papers).
 
 from __future__ import annotations
 
-from formats import get_spec
+from formats.spec import resolve_spec as get_spec  # a format name or a FormatSpec
 
 __all__ = ["PROMPT_STYLES", "build_prompt", "system_instructions"]
 

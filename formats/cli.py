@@ -1,4 +1,5 @@
-"""Command line: ``python -m formats stats FILE --format {parallel_r1,parason} [--tokenizer DIR] [--text-field PATH]``.
+"""Command line: ``python -m formats stats FILE --format {parallel_r1,parason} [--tokenizer DIR] [--text-field PATH]``
+``[--summary-placement {after,inside}] [--summary-accept after,inside] [--no-aliases] [--outline-kind KIND]``.
 
 Reads one trajectory per row of a JSONL file (``{"text": ...}``; ``FILE`` may be ``-`` for stdin), a
 JSON list or a parquet file (verl's datasets; rollout dumps), the text at ``--text-field`` (a dotted
@@ -18,7 +19,27 @@ import sys
 
 from datafiles import TEXT_FIELDS, FieldError, field, find_field, read_rows, text_of
 from formats.metrics import METRIC_FIELDS, text_stats
-from formats.spec import FORMAT_NAMES, get_spec
+from formats.spec import FORMAT_NAMES, PLACEMENTS, get_spec, parse_options
+
+
+def add_format_options(ap: argparse.ArgumentParser) -> None:
+    """The format options every CLI that parses trajectories takes (:class:`formats.FormatSpec`)."""
+    ap.add_argument("--summary-placement", choices=PLACEMENTS, default="after",
+                    help="where the format writes the Parallel-R1 summary (default: after </Parallel>, "
+                         "the public convention)")
+    ap.add_argument("--summary-accept", default="after,inside",
+                    help="comma-separated summary placements the parser accepts (default: after,inside)")
+    ap.add_argument("--no-aliases", dest="aliases", action="store_false",
+                    help="reject the Parason release's <Outline> entries and <Conclusion>")
+    ap.add_argument("--outline-kind", choices=("outline", "subtask", "trial"), default="outline",
+                    help="what an untyped <Outline> entry counts as (default: neither subtask nor trial)")
+
+
+def spec_from_args(fmt: str, args: argparse.Namespace):
+    """The FormatSpec of `fmt` with the options of :func:`add_format_options`; ValueError if bad."""
+    return get_spec(fmt, **parse_options({"summary_placement": args.summary_placement,
+                                          "summary_accept": args.summary_accept,
+                                          "aliases": args.aliases, "outline_kind": args.outline_kind}))
 
 
 def _bad(lineno: int, code: str, message: str) -> dict:
@@ -48,9 +69,10 @@ def _row_stats(row, spec, tokenizer, text_field: str | None) -> dict:
     return out
 
 
-def stats_command(path: str, fmt: str, tokenizer_dir: str | None, out=None, text_field: str | None = None) -> int:
+def stats_command(path: str, fmt, tokenizer_dir: str | None, out=None, text_field: str | None = None) -> int:
+    """`fmt`: a format name or a FormatSpec."""
     out = out or sys.stdout
-    spec = get_spec(fmt)
+    spec = get_spec(fmt) if isinstance(fmt, str) else fmt
     tokenizer = None
     if tokenizer_dir:
         import os
@@ -96,7 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument(
         "--tokenizer", default=None, help="HF tokenizer directory (default: whitespace/tag units)"
     )
+    add_format_options(st)
     args = ap.parse_args(argv)
     if args.cmd == "stats":
-        return stats_command(args.file, args.format, args.tokenizer, text_field=args.text_field)
+        try:
+            spec = spec_from_args(args.format, args)
+        except ValueError as e:
+            ap.error(str(e))
+        return stats_command(args.file, spec, args.tokenizer, text_field=args.text_field)
     return 2  # pragma: no cover

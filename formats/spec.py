@@ -43,11 +43,14 @@ from functools import lru_cache
 __all__ = [
     "ALL_SPECIAL_TOKENS",
     "FORMAT_NAMES",
+    "FORMAT_OPTIONS",
     "PARALLEL_R1",
     "PARASON",
     "PLACEMENTS",
     "FormatSpec",
+    "format_options",
     "get_spec",
+    "parse_options",
     "resolve_spec",
 ]
 
@@ -228,6 +231,28 @@ def get_spec(name: str, **overrides) -> FormatSpec:
     if bad:
         raise ValueError(f"unknown FormatSpec field(s) {bad}; valid: {sorted(valid)}")
     return replace(_DEFAULTS[name], **overrides) if overrides else _DEFAULTS[name]
+
+
+#: The format options a user sets (CLI flags, reward params, ``data.format_options``).
+FORMAT_OPTIONS: tuple[str, ...] = ("summary_placement", "summary_accept", "aliases", "outline_kind")
+
+
+def format_options(spec: FormatSpec) -> dict:
+    """``spec``'s :data:`FORMAT_OPTIONS` as plain values (``summary_accept`` comma-separated), the
+    shape reward params and config take: ``get_spec(spec.name, **parse_options(format_options(spec)))``."""
+    return {"summary_placement": spec.summary_placement, "summary_accept": ",".join(spec.summary_accept),
+            "aliases": spec.aliases, "outline_kind": spec.outline_kind}
+
+
+def parse_options(options: dict) -> dict:
+    """FormatSpec overrides from user options: ``summary_accept`` may be a comma-separated string."""
+    out = dict(options)
+    acc = out.get("summary_accept")
+    if isinstance(acc, str):
+        out["summary_accept"] = tuple(a.strip() for a in acc.split(",") if a.strip())
+    elif acc is not None:
+        out["summary_accept"] = tuple(acc)
+    return out
 
 
 def resolve_spec(spec: FormatSpec | str) -> FormatSpec:

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from contract.batch import ExecutionRecord, SamplingParams
 from contract.config import ExecutorConfig
-from formats import get_spec
+from formats.spec import resolve_spec
 from parallel.record import Segment, build_record
 from parallel.tracker import TagIds, Tracker
 
@@ -124,8 +124,9 @@ class ExecutorBase:
         if cfg.mode not in MODES:
             raise ValueError(f"executor mode {cfg.mode!r}; valid: {MODES}")
         self.tokenizer, self.cfg, self.fmt, self.processor = tokenizer, cfg, fmt, processor
-        self.spec = get_spec(fmt, max_branches=cfg.max_branches, max_depth=cfg.max_depth,
-                             min_branches=min(2, cfg.max_branches))
+        # `fmt`: a format name or a FormatSpec (its summary placement is what the tracker forces)
+        self.spec = replace(resolve_spec(fmt), max_branches=cfg.max_branches, max_depth=cfg.max_depth,
+                            min_branches=min(2, cfg.max_branches))
         self.tags = TagIds.from_tokenizer(self.spec, tokenizer)
         self.eos = tokenizer.eos_token_id
 

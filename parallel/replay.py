@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from formats import SUBTASK, Tree, get_spec, render
+from formats import SUBTASK, Tree, render
+from formats.spec import resolve_spec
 from parallel.base import RowView
 
 
@@ -63,7 +64,7 @@ class Replay:
 
 def role_scripts(tree: Tree, fmt: str, tok) -> dict[tuple, list[int]]:
     """Split a canonical (gap-free) trace into what each executed request emits, keyed by role."""
-    spec = get_spec(fmt)
+    spec = resolve_spec(fmt)
     out: dict[tuple, str] = {}
 
     def walk(nodes, role: tuple) -> str:

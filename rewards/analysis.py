@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from formats import get_spec
+from formats.spec import resolve_spec
 from formats.metrics import compute_metrics
 from formats.parser import answer_text, parse
 from rewards.extract import extract_answer
@@ -45,7 +45,7 @@ class AnalysisOptions:
     (``need_accuracy``) and keep metrics/trees (``need_parse``); an optional HF ``tokenizer``
     makes token counts real tokens instead of words."""
 
-    format: str = "parallel_r1"
+    format: Any = "parallel_r1"  # a format name or a formats.FormatSpec
     verifier: str = "math_verify"
     need_accuracy: bool = True
     need_parse: bool = True
@@ -66,7 +66,7 @@ class SlowJob:
         return (self.pred, self.gold, self.verifier, self.final_text)
 
 
-def trajectory_stats(text: str, fmt: str, tokenizer: Any = None) -> tuple[TrajStats, Any, str]:
+def trajectory_stats(text: str, fmt: Any, tokenizer: Any = None) -> tuple[TrajStats, Any, str]:
     """``(stats, tree, final_part)`` of one text through the format package.
 
     >>> # words: a(1) <Parallel>(1) 2 paths(3+3) summary(3) </Parallel>(1) "#### 3"(2) = 14; T = 14 - 6 + 3
@@ -75,7 +75,7 @@ def trajectory_stats(text: str, fmt: str, tokenizer: Any = None) -> tuple[TrajSt
     >>> (st.valid, st.n_blocks, st.total_tokens, st.critical_tokens, final)
     (True, 1, 14, 11, ' #### 3')
     """
-    spec = get_spec(fmt)
+    spec = resolve_spec(fmt)
     res = parse(text, spec, strict=False)
     tree = res.tree
     m = compute_metrics(tree, spec, tokenizer)

@@ -29,7 +29,7 @@ def analysis_options(name: str, params: BaseParams, tokenizer: Any = None) -> An
     """What analysis reward ``name`` with ``params`` needs."""
     entry = get_reward(name)
     return AnalysisOptions(
-        format=params.format,
+        format=params.spec,
         verifier=params.verifier,
         need_accuracy=entry.needs_accuracy,
         need_parse=entry.needs_parse,

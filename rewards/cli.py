@@ -36,6 +36,7 @@ from datafiles import (
 from rewards.analysis import analyze_group
 from rewards.api import analysis_options, score_samples
 from rewards.pool import TimeoutPool
+from formats.spec import FORMAT_NAMES, FORMAT_OPTIONS, PLACEMENTS
 from rewards.registry import get_reward, make_params, reward_names
 from rewards.types import RewardContext
 from rewards.verify import slow_verify
@@ -102,7 +103,11 @@ def read_groups(lines: Sequence[str], **fields: str | None) -> tuple[dict[str, l
 
 
 def _score(args: argparse.Namespace, out: TextIO) -> int:
-    params = make_params(args.reward, parse_kv(args.params))
+    kv = parse_kv(args.params)
+    for key in ("format", *FORMAT_OPTIONS):  # a flag set on the command line; key=value wins
+        if getattr(args, key, None) is not None and key not in kv:
+            kv[key] = str(getattr(args, key))
+    params = make_params(args.reward, kv)
     groups, rows = group_rows(read_rows(args.file), args.text_field, args.answer_field, args.group_field)
     opts = analysis_options(args.reward, params)
     results: dict[int, dict[str, Any]] = {}
@@ -150,6 +155,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     sc.add_argument("--stage", default="")
     sc.add_argument("--workers", type=int, default=1)
     sc.add_argument("--timeout", type=float, default=10.0, help="per-item verification timeout (s)")
+    sc.add_argument("--format", default=None, choices=FORMAT_NAMES, help="trajectory format (param format=)")
+    sc.add_argument("--summary-placement", default=None, choices=PLACEMENTS,
+                    help="where the format writes the Parallel-R1 summary (default: after </Parallel>)")
+    sc.add_argument("--summary-accept", default=None,
+                    help="comma-separated summary placements the parser accepts (default: after,inside)")
+    sc.add_argument("--no-aliases", dest="aliases", action="store_const", const=False, default=None,
+                    help="reject the Parason release's <Outline> entries and <Conclusion>")
+    sc.add_argument("--outline-kind", default=None, choices=("outline", "subtask", "trial"),
+                    help="what an untyped <Outline> entry counts as (default: neither)")
     sc.add_argument("params", nargs="*", help="reward params as key=value")
     sub.add_parser("list", help="list rewards and their params")
     gc = sub.add_parser("goldcheck", help="verify every gold answer of the real data against itself")

@@ -122,13 +122,31 @@ class BaseParams:
     ``format``: trajectory format, ``parallel_r1`` or ``parason``.
     ``verifier``: ``math_verify`` (exact/integer fast path, then math-verify) or ``dapo``
     (verl's ``math_dapo`` scorer on the final part of the text).
+    Format options (:class:`formats.FormatSpec` fields; the defaults read the public projects'
+    data): ``summary_placement`` (``after`` | ``inside``), ``summary_accept`` (comma-separated
+    placements the parser takes), ``aliases`` (the Parason release's ``<Outline>``/``<Conclusion>``),
+    ``outline_kind`` (what an ``<Outline>`` entry counts as: ``outline`` | ``subtask`` | ``trial``).
     """
 
     format: str = "parallel_r1"
     verifier: str = "math_verify"
+    summary_placement: str = "after"
+    summary_accept: str = "after,inside"
+    aliases: bool = True
+    outline_kind: str = "outline"
 
     def __post_init__(self) -> None:
         if self.format not in ("parallel_r1", "parason"):
             raise ValueError(f"format must be 'parallel_r1' or 'parason', got {self.format!r}")
         if self.verifier not in VERIFIERS:
             raise ValueError(f"verifier must be one of {VERIFIERS}, got {self.verifier!r}")
+        self.spec  # noqa: B018 -- a bad format option fails here, naming the field
+
+    @property
+    def spec(self):
+        """The :class:`formats.FormatSpec` these params parse with."""
+        from formats.spec import get_spec, parse_options
+
+        return get_spec(self.format, **parse_options({
+            "summary_placement": self.summary_placement, "summary_accept": self.summary_accept,
+            "aliases": self.aliases, "outline_kind": self.outline_kind}))

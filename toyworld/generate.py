@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 
+from formats import PARALLEL_R1, FormatSpec
 from toyworld.problem import FAMILIES, MAX_DIFFICULTY, Problem
 from toyworld.tasks import check_difficulty, flawed, sample_subtask, sample_trial
 from toyworld.teacher import render_all
@@ -47,7 +48,7 @@ def _difficulties(difficulty: Difficulty) -> tuple[int, ...]:
 
 def _stream(
     family: str, rng: random.Random, difficulty: Difficulty, tag: str, teacher_error: float = 0.0,
-    teacher_no_answer: float = 0.0, teacher_serial: float = 0.0,
+    teacher_no_answer: float = 0.0, teacher_serial: float = 0.0, r1_spec: FormatSpec = PARALLEL_R1,
 ) -> Iterator[tuple[Problem, tuple]]:
     """Endless ``(problem, identity key)`` pairs; ``mixed`` alternates subtask, trial, ...
 
@@ -75,7 +76,7 @@ def _stream(
         slip = teacher_error > 0 and slips.random() < teacher_error
         drop = teacher_no_answer > 0 and drops.random() < teacher_no_answer
         serial = teacher_serial > 0 and serials.random() < teacher_serial
-        traces = render_all(flawed(sol, slips) if slip else sol, answer_line=not drop)
+        traces = render_all(flawed(sol, slips) if slip else sol, answer_line=not drop, r1_spec=r1_spec)
         if serial:
             traces = {kind: traces["serial"] for kind in traces}
         problem = Problem(
@@ -150,8 +151,11 @@ def make_splits(
     teacher_error: float = 0.0,
     teacher_no_answer: float = 0.0,
     teacher_serial: float = 0.0,
+    r1_spec: FormatSpec = PARALLEL_R1,
 ) -> tuple[list[Problem], list[Problem]]:
     """Disjoint train and test sets.
+
+    ``r1_spec``: the Parallel-R1 spec the traces are written in (where the summary goes).
 
     ``teacher_error``, ``teacher_no_answer`` and ``teacher_serial`` make the train traces those
     of an imperfect teacher (see :func:`_stream`); test traces are always right.
@@ -172,12 +176,12 @@ def make_splits(
     seen: set[tuple] = set()
     # Test first: it is the smaller, fixed yardstick; train then skips every test prompt.
     test_stream = _stream(
-        family, random.Random(f"toyworld/test/{family}/{seed}"), difficulty, f"test-s{seed}"
+        family, random.Random(f"toyworld/test/{family}/{seed}"), difficulty, f"test-s{seed}", r1_spec=r1_spec
     )
     test = _take(test_stream, n_test, seen, "test", distinct=True)
     train_stream = _stream(
         family, random.Random(f"toyworld/train/{family}/{seed}"), difficulty, f"train-s{seed}", teacher_error,
-        teacher_no_answer, teacher_serial,
+        teacher_no_answer, teacher_serial, r1_spec,
     )
     train = _take(train_stream, n_train, seen, "train", distinct=False)
     return train, test

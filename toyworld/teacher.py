@@ -119,11 +119,12 @@ def render_parason(sol: Solution, spec: FormatSpec = PARASON, answer_line: bool 
     return render(parason_tree(sol, answer_line), spec)
 
 
-def render_all(sol: Solution, answer_line: bool = True) -> dict[str, str]:
+def render_all(sol: Solution, answer_line: bool = True, r1_spec: FormatSpec = PARALLEL_R1) -> dict[str, str]:
     """All three traces, keyed as :data:`toyworld.problem.TRACE_KINDS`; without the final
-    ``#### answer`` line when ``answer_line`` is False (a teacher that forgot it)."""
+    ``#### answer`` line when ``answer_line`` is False (a teacher that forgot it).  The
+    Parallel-R1 trace puts its summary where ``r1_spec`` writes it."""
     return {
         "serial": render_serial(sol, answer_line),
-        "parallel_r1": render_parallel_r1(sol, answer_line=answer_line),
+        "parallel_r1": render_parallel_r1(sol, r1_spec, answer_line=answer_line),
         "parason": render_parason(sol, answer_line=answer_line),
     }

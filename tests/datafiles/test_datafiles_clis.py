@@ -76,6 +76,10 @@ def test_formats_stats_reads_the_real_parquet(sample):  # noqa: F811
     res = [json.loads(x) for x in out.getvalue().splitlines()]
     assert [r["line"] for r in res] == list(range(1, 172))
     assert all(r["status"] != "bad_line" for r in res)  # every row's text was found and parsed
+    # the public convention (summary after </Parallel>) parses: 170 of 171; the other row has text
+    # between </Parallel> and its <Summary>
+    assert sum(r["valid"] for r in res) == 170
+    assert [r["error"]["code"] for r in res if not r["valid"]] == ["missing_summary"]
     out = io.StringIO()
     assert stats_command(str(sample), "parallel_r1", None, out=out, text_field="prompt") == 0  # a chat list
     assert all(json.loads(x)["total_tokens"] > 50 for x in out.getvalue().splitlines())

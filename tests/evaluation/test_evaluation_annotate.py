@@ -12,10 +12,10 @@ from evaluation.annotate import annotate_trace, convert, parse_label, stages, ta
 from evaluation.cli import main
 from evaluation.teachers import HTTPTeacher
 
-R1 = ("Start. <Parallel><Path>Try 3. 3*7=21, no.</Path><Path>Try 7. 7*3=21 ok</Path><Summary>x=7 works</Summary>"
-      "</Parallel>\nSo #### 7")
-R1_SUB = ("<Parallel><Path>3*4=12</Path><Path>5*6=30</Path><Summary>12 and 30</Summary></Parallel>\n12+30=42 "
-          "<Parallel><Path>Try 1</Path><Path>Try 2</Path><Summary>2</Summary></Parallel> #### 42")
+R1 = ("Start. <Parallel><Path>Try 3. 3*7=21, no.</Path><Path>Try 7. 7*3=21 ok</Path></Parallel>"
+      "<Summary>x=7 works</Summary>\nSo #### 7")
+R1_SUB = ("<Parallel><Path>3*4=12</Path><Path>5*6=30</Path></Parallel><Summary>12 and 30</Summary>\n12+30=42 "
+          "<Parallel><Path>Try 1</Path><Path>Try 2</Path></Parallel><Summary>2</Summary> #### 42")
 
 
 def test_r1_to_parason_and_back_round_trips():

@@ -20,7 +20,8 @@ CASES = [
     (f"{GOOD} Final Answer: 42", " Final Answer: 42", True),
     ("<Parallel><Path>6*7=42</Path></Parallel> Final Answer: 42", " Final Answer: 42", False),  # one path
     ("<Parallel><Path>a</Path><Path>b</Path></Parallel> #### 42", " #### 42", False),  # no summary
-    ("<Parallel><Path>a</Path><Path>b</Path></Parallel><Summary>s</Summary> #### 42", " #### 42", False),  # after
+    ("<Parallel><Path>a</Path><Path>b</Path></Parallel><Summary>s</Summary> #### 42", " #### 42", True),  # after: valid
+    ("<Parallel><Path>a</Path><Path>b</Path></Parallel><Summary>#### 41</Summary> #### 42", " #### 42", True),
     ("<Parallel><Path>a</Path><Path>#### 42", "", False),  # inside an unclosed path: never the answer
     ("<Parallel><Path>#### 42</Path><Path>b</Path>", "", False),  # inside an unclosed block
     ("So </Path> it is #### 42", "So  it is #### 42", False),  # a stray closer is skipped

@@ -1,0 +1,190 @@
+"""Cold-start SFT examples from a trajectories file: the builder's output, verl's SFT parquet, a JSONL.
+
+`load_trajectories(path, spec, trace)` reads every row (`datafiles.read_rows`: JSONL, JSON or parquet)
+and returns the examples an SFT stage trains on -- `prompt`, `answer`, `traces[trace]` -- and a
+`LoadReport` that accounts for every row: kept, or bad with its line number and why. A bad row is
+never silently dropped and never a crash:
+
+* ``no_prompt`` / ``no_text`` / ``no_answer``: the field is missing, empty, or not text;
+* ``malformed``: the trajectory does not parse in `spec` (the parser's code and message);
+* ``no_final_answer``: nothing the verifier can read after the last block (`formats.answer_text`);
+* ``not_writable``: a Parason ``<Conclusion>`` or an untyped ``<Outline>`` entry with
+  ``outline_kind="outline"``: the executor never writes them, so a model cannot learn them from SFT;
+* ``unreadable``: the row itself (bad JSON, not an object).
+
+Fields (dotted paths, `datafiles`): the prompt is `prompt_field` or the first of `PROMPT_FIELDS`; a
+chat-message list is rendered with the tokenizer's chat template when it has one, else it is the
+content of its last user message; a bare question (`question`, `problem`) gets the run's parallel
+prompt (`evaluation.prompts.build_prompt`). The trajectory is `text_field` or the first of
+`SFT_TEXT_FIELDS` (the builder writes `trace`, verl's SFT sets `output`); the answer `answer_field` or
+the first of `datafiles.ANSWER_FIELDS` (`reward_model.ground_truth` in verl).
+
+What is trained on is the text as the executor writes it (`formats`: ``is_written``): the summary
+where ``spec.summary_placement`` puts it, typed outline entries, and no whitespace between a block's
+structural tags (the executor forces those tags back to back). A row rewritten so is counted in
+``normalized``; the words are the teacher's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from datafiles import ANSWER_FIELDS, TEXT_FIELDS, FieldError, find_field, read_rows, text_of
+from datafiles import field as get_field
+
+__all__ = ["PROMPT_FIELDS", "SFT_TEXT_FIELDS", "FileExample", "LoadReport", "load_trajectories", "writable_tree"]
+
+PROMPT_FIELDS = ("prompt", "question", "problem", "input")
+SFT_TEXT_FIELDS = ("trace", *TEXT_FIELDS)
+_QUESTION_FIELDS = ("question", "problem")
+
+
+@dataclass(frozen=True)
+class FileExample:
+    """One SFT example from a file (the fields `layouts` SFT batches read, as a toy `Problem`'s)."""
+
+    uid: str
+    prompt: str
+    answer: str
+    traces: dict = field(hash=False)
+    line: int = 0
+    family: str = "file"
+    difficulty: int = 0
+
+
+@dataclass
+class LoadReport:
+    """Every row of a trajectories file, accounted for."""
+
+    path: str
+    rows: int = 0
+    kept: int = 0
+    normalized: int = 0  # kept rows rewritten to the executor's form (placement, gaps, outline kinds)
+    wrong_answer: int = 0  # kept rows whose final answer is not the reference (trained on as they are)
+    bad: list = field(default_factory=list)  # {"line", "code", "message"}
+
+    def by_code(self) -> dict[str, int]:
+        return dict(Counter(b["code"] for b in self.bad))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "rows": self.rows, "kept": self.kept, "normalized": self.normalized,
+                "wrong_answer": self.wrong_answer, "bad": len(self.bad), "by_code": self.by_code(),
+                "bad_rows": self.bad}
+
+    def summary(self, show: int = 5) -> str:
+        head = (f"{self.path}: {self.rows} rows, {self.kept} kept, {len(self.bad)} bad {self.by_code()}, "
+                f"{self.normalized} rewritten to the executor's form, {self.wrong_answer} with a wrong final answer")
+        lines = [f"  line {b['line']}: {b['code']}: {b['message']}" for b in self.bad[:show]]
+        more = [f"  ... and {len(self.bad) - show} more"] if len(self.bad) > show else []
+        return "\n".join([head, *lines, *more])
+
+
+def writable_tree(tree, spec):
+    """`tree` as the executor writes it in `spec`: placements cleared, gaps dropped, `<Outline>`
+    entries given `spec.outline_kind`. ValueError for what it never writes (a `<Conclusion>`, an
+    untyped entry)."""
+    from formats import OUTLINE, Block, Branch, Tree
+
+    def nodes(seq):
+        return tuple(block(n) if isinstance(n, Block) else n for n in seq)
+
+    def block(b):
+        if spec.is_parason and b.summary is not None:
+            raise ValueError(f"a {spec.conclusion_open} (the release's alias) is never written by the executor")
+        branches = []
+        for br in b.branches:
+            kind = br.kind
+            if kind == OUTLINE:
+                if spec.outline_kind == OUTLINE:
+                    raise ValueError(f"an untyped {spec.outline_open} entry (set outline_kind=subtask|trial to train on it)")
+                kind = spec.outline_kind
+            branches.append(Branch(kind, nodes(br.body) if spec.is_parason else br.body, br.outline))
+        return replace(b, branches=tuple(branches), gaps=(), placement=None)
+
+    return Tree(nodes(tree.nodes))
+
+
+def _prompt(obj: dict, prompt_field: str | None, spec, tokenizer) -> str | None:
+    from evaluation.prompts import build_prompt
+
+    path = prompt_field or find_field(obj, PROMPT_FIELDS)
+    if path is None:
+        return None
+    value = get_field(obj, path)
+    if path in _QUESTION_FIELDS and isinstance(value, str) and prompt_field is None:
+        return build_prompt(value, "parallel", spec)
+    if isinstance(value, list) and tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(value, tokenize=False, add_generation_prompt=True)
+    if isinstance(value, list):  # no chat template: the user's words
+        users = [m for m in value if isinstance(m, dict) and m.get("role") == "user"]
+        return text_of(users[-1] if users else value)
+    return text_of(value)
+
+
+def load_trajectories(path: str, spec, trace: str, *, prompt_field: str | None = None,
+                      text_field: str | None = None, answer_field: str | None = None,
+                      tokenizer=None) -> tuple[list[FileExample], LoadReport]:
+    """The SFT examples of `path` (trajectory under `traces[trace]`) and the report of every row.
+
+    `spec`: a format name or FormatSpec. OSError (a missing file) propagates: nothing was read.
+    """
+    from formats import answer_text, parse, render
+    from formats.spec import resolve_spec
+    from rewards.extract import extract_answer
+    from rewards.verify import fast_verdict
+
+    spec = resolve_spec(spec)
+    report = LoadReport(str(path))
+    out: list[FileExample] = []
+
+    def bad(line: int, code: str, message: str) -> None:
+        report.bad.append({"line": line, "code": code, "message": message})
+
+    for row in read_rows(path, keep_empty=False):
+        report.rows += 1
+        n = row.line
+        if row.error is not None:
+            bad(n, "unreadable", row.message)
+            continue
+        obj = row.data
+        try:
+            prompt = _prompt(obj, prompt_field, spec, tokenizer)
+            tpath = text_field or find_field(obj, SFT_TEXT_FIELDS)
+            text = text_of(get_field(obj, tpath)) if tpath else None
+            apath = answer_field or find_field(obj, ANSWER_FIELDS)
+            answer = get_field(obj, apath) if apath else None
+        except FieldError as e:
+            bad(n, "no_field", str(e))
+            continue
+        if not prompt:
+            bad(n, "no_prompt", f"no prompt (fields {PROMPT_FIELDS} or --prompt-field)")
+            continue
+        if not text:
+            bad(n, "no_text", f"no trajectory text (fields {SFT_TEXT_FIELDS} or the text field)")
+            continue
+        if answer is None or str(answer).strip() == "":
+            bad(n, "no_answer", f"no reference answer (fields {ANSWER_FIELDS} or the answer field)")
+            continue
+        res = parse(text, spec)
+        if not res.ok:
+            e = res.error
+            bad(n, "malformed", f"{e.code} at char {e.char_offset}: {e.message}")
+            continue
+        pred = extract_answer(answer_text(text, spec, res))
+        if pred is None:
+            bad(n, "no_final_answer", "no final answer after the last block")
+            continue
+        try:
+            tree = writable_tree(res.tree, spec)
+        except ValueError as e:
+            bad(n, "not_writable", str(e))
+            continue
+        written = render(tree, spec)
+        report.normalized += written != text
+        report.wrong_answer += fast_verdict(pred, str(answer)) is False
+        uid = str(obj.get("uid", obj.get("index", f"line{n}")))
+        out.append(FileExample(uid=f"{uid}-{n}", prompt=prompt, answer=str(answer), traces={trace: written}, line=n))
+        report.kept += 1
+    return out, report

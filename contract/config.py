@@ -388,7 +388,8 @@ class StageConfig:
     reward_params: dict[str, Any] = field(default_factory=dict)
     # Reward schedule over the stage's steps (S2 alternation, scaffold switch); excludes `reward`.
     schedule: list[PhaseConfig] = field(default_factory=list)
-    # Data source by loader name (toyworld, gsm8k_train, dapo_math_17k, parallel_gsm8k); null: `data`.
+    # Data source by loader name (toyworld, gsm8k_train, dapo_math_17k, parallel_gsm8k), or for an SFT
+    # stage a trajectories file (.jsonl/.json/.parquet: builder output, verl SFT parquet); null: `data`.
     data: str | None = None
     # Early ends: after `epochs` of the stage's data (metric data/epoch), or a metric predicate.
     epochs: float | None = None

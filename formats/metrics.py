@@ -41,6 +41,15 @@ Definitions (``n`` = units)
   subtask / trial tokens when ``FormatSpec.outline_kind`` says so.  ``X_share = X_tokens / total``
   (0.0 for an empty text), and the five shares add up to 1.
 
+Differences from the public code (the Parason release's reward manager, ThreadWeaver's parser),
+kept on purpose:
+
+* **wrapper tags of the branches off the critical path do not count**: a ``<Thread>``/``</Thread>``
+  (``<Path>``/``</Path>``) pair is part of its branch, which runs concurrently; the public code counts
+  every wrapper tag as sequential, so each extra branch adds 2 to its T;
+* **nesting is recursive**: a nested block inside a thread is reduced to its own critical path before
+  its thread is compared with its siblings; the public code flattens one level.
+
 Worked example (default units)::
 
     First. <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>

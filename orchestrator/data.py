@@ -20,9 +20,11 @@ def load_problems(cfg: DataConfig) -> tuple[list, list]:
         import toyworld
 
         levels = cfg.difficulty if isinstance(cfg.difficulty, int) else tuple(int(d) for d in cfg.difficulty)
+        from dataclasses import replace
+
         return toyworld.make_splits(cfg.n_train, cfg.n_test, cfg.seed, levels, family=cfg.family,
                                     teacher_error=cfg.teacher_error, teacher_no_answer=cfg.teacher_no_answer,
-                                    teacher_serial=cfg.teacher_serial)
+                                    teacher_serial=cfg.teacher_serial, r1_spec=replace(cfg.spec, name="parallel_r1"))
     raise ValueError(f"data.source={cfg.source!r} is not available yet; valid: toyworld")
 
 
@@ -40,6 +42,11 @@ def to_prompts(problems: list, tokenizer) -> list[Prompt]:
             for p, i in zip(problems, ids)]
 
 
+def is_file_source(source: str) -> bool:
+    """Whether a stage's data names a file (by its extension) rather than a loader."""
+    return str(source).endswith((".jsonl", ".json", ".parquet"))
+
+
 def batches(items: list, size: int, seed: int) -> Iterator[list]:
     """Endless shuffled mini-batches: each epoch is a new permutation (deterministic per seed)."""
     rng = random.Random(seed)
@@ -53,14 +60,21 @@ def batches(items: list, size: int, seed: int) -> Iterator[list]:
 class StageStreams:
     """One shuffled batch stream per curriculum stage, and how many batches each has given.
 
-    A stage's data is `stage.data` (a loader name) or the run's `data.source`. The toy world
+    A stage's data is `stage.data` (a loader name or a file) or the run's `data.source`. The toy world
     gives SFT examples (with teacher traces) and RL prompts; a real benchmark name
-    (gsm8k_train, dapo_math_17k, ...) gives RL prompts through the `evaluation` loaders.
+    (gsm8k_train, dapo_math_17k, ...) gives RL prompts through the `evaluation` loaders; an SFT stage
+    on a trajectories file (`.jsonl`, `.json`, `.parquet`: the builder's output, verl's SFT parquet)
+    trains on its rows (`evaluation.trajectories`), every bad row counted and reported by line
+    (printed, and written to `run_dir/sft_data_<stage>.json`).
     `consumed` is the data position a checkpoint stores; `fast_forward` replays it.
     """
 
-    def __init__(self, cfg: DataConfig, train: list, tokenizer, seed: int, prompt_style: str = "raw"):
+    def __init__(self, cfg: DataConfig, train: list, tokenizer, seed: int, prompt_style: str = "raw",
+                 run_dir=None):
         self.cfg, self.train, self.tokenizer, self.seed = cfg, train, tokenizer, seed
+        self.run_dir = run_dir
+        self.reports: dict[str, dict] = {}  # stage -> the trajectories file's LoadReport
+        self._files: dict[str, list] = {}  # stage -> its file's examples (read once)
         self.prompt_style = prompt_style
         self.consumed: dict[str, int] = {}
         self._streams: dict[str, Iterator[list]] = {}
@@ -69,9 +83,10 @@ class StageStreams:
     def check(self, stage, batch_size: int) -> None:
         """Fail at setup, not mid-run, when a stage's data cannot be had."""
         source = stage.data or self.cfg.source
-        if stage.kind == "sft" and source != "toyworld":
+        if stage.kind == "sft" and source != "toyworld" and not is_file_source(source):
             raise ValueError(f"stage {stage.name!r}: SFT needs teacher traces; data {source!r} has none "
-                             "(use toyworld, or build Parallel-GSM8K with `python -m evaluation build-gsm8k`)")
+                             "(use toyworld, a trajectories file (.jsonl/.json/.parquet), or build "
+                             "Parallel-GSM8K with `python -m evaluation build-gsm8k`)")
         items = self._items(stage)
         if len(items) < batch_size:
             raise ValueError(f"stage {stage.name!r}: batch {batch_size} > {len(items)} items of {source!r}")
@@ -80,6 +95,8 @@ class StageStreams:
         source = stage.data or self.cfg.source
         if source == "toyworld":
             return self.train if stage.kind == "sft" else to_prompts(self.train, self.tokenizer)
+        if is_file_source(source) and stage.kind == "sft":
+            return self._file_examples(stage, source)
         from evaluation import build_prompt, load_benchmark
 
         style = "plain" if self.cfg.trace == "serial" else "parallel"
@@ -88,6 +105,26 @@ class StageStreams:
         ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
         return [Prompt(uid=p.uid, text=t, token_ids=i, ground_truth=p.answer, meta=dict(p.meta))
                 for p, t, i in zip(probs, texts, ids)]
+
+    def _file_examples(self, stage, path: str) -> list:
+        import json
+        import sys
+        from pathlib import Path
+
+        from evaluation.trajectories import load_trajectories
+
+        if stage.name in self.reports:
+            return self._files[stage.name]
+        examples, report = load_trajectories(path, self.cfg.spec, self.cfg.trace, tokenizer=self.tokenizer)
+        print(f"[parallax] stage {stage.name!r} SFT data {report.summary()}", file=sys.stderr, flush=True)
+        self.reports[stage.name] = report.to_dict()
+        if self.run_dir is not None:
+            Path(self.run_dir, f"sft_data_{stage.name}.json").write_text(json.dumps(report.to_dict(), indent=1))
+        if not examples:
+            raise ValueError(f"stage {stage.name!r}: no usable row in {path} ({report.by_code()}; "
+                             f"first: {report.bad[:1]})")
+        self._files[stage.name] = examples
+        return examples
 
     def next(self, stage, batch_size: int) -> list:
         key = f"{stage.name}/{batch_size}"

@@ -94,7 +94,7 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
     rollout = RolloutGroup(
         "rollout", RolloutWorker, r.num_actors, pg, off["rollout"], r.num_cpus, r.num_gpus,
         lambda i: {"cfg": r, "model_path": model_path, "dtype": cfg.model.dtype,
-                       "fmt": cfg.data.format}, prefix)
+                       "fmt": cfg.data.spec}, prefix)
     reward = RewardActorGroup(
         "reward", RewardWorker, w.num_actors, pg, off["reward"], w.num_cpus, 0.0,
         lambda i: {"reward": w.name, "params": dict(w.params), "workers": 1, "timeout_s": w.timeout_s}, prefix)

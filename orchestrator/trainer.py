@@ -82,7 +82,7 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.fmt = cfg.data.format
+        self.fmt = cfg.data.spec  # the format with its options (formats.FormatSpec)
         train, self.test = load_problems(cfg.data)
         self.train = train
         self.model_path = prepare_model(cfg, self.run_dir)
@@ -92,7 +92,7 @@ class Trainer:
         self.curriculum: Curriculum = cfg.curriculum.build(cfg.reward)
         # how trajectories and teacher traces become learner rows, chosen once (layouts/)
         self.layout: Layout = get_layout(cfg.learner.layout, reprefill=cfg.rollout.dispatch == "requests")
-        self.data = StageStreams(cfg.data, train, self.tokenizer, cfg.trainer.seed)
+        self.data = StageStreams(cfg.data, train, self.tokenizer, cfg.trainer.seed, run_dir=self.run_dir)
         for s in self.curriculum.stages:
             if s.steps:
                 self.data.check(s, self._batch_size(s))
@@ -295,15 +295,17 @@ class Trainer:
         return summary
 
 
-def reward_spec(stage: Stage, run_reward, fmt: str):
+def reward_spec(stage: Stage, run_reward, fmt):
     """The reward a stage scores with: its own, else the run's; in the run's trajectory format
     unless the params name one (rewards parse the text -- answer, structure -- in that format,
     and their default is Parallel-R1, which would score every Parason answer wrong)."""
+    from formats.spec import format_options, resolve_spec
     from rewards import RewardSpec
 
     name, params = ((stage.reward, dict(stage.reward_params)) if stage.reward
                     else (run_reward.name, dict(run_reward.params)))
-    return RewardSpec(name, {"format": fmt, **params})
+    spec = resolve_spec(fmt)
+    return RewardSpec(name, {"format": spec.name, **format_options(spec), **params})
 
 
 def _mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:

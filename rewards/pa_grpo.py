@@ -16,6 +16,21 @@ For sample i of one GRPO group (z-scores taken within the group)::
   left out of the mean/std and get z = 0 and eta = 0: they score the plain +-1.
 * Wrong answers get exactly -1, whatever their shape: the bonus exists only when correct.
 
+Differences from the public release's reward manager (measured side by side on 1,600 random
+groups: this module equals the seed formula on all 1,600, the release on 621-667), kept on purpose:
+
+* **the factor 2**: the seed's reward is ``-1 + 2 * 1[correct] * (...)``, so a right answer with no
+  bonus scores +1 and a wrong one -1; the release drops the 2, so a right answer scores 0 + bonus and
+  the accuracy signal shrinks to half the GRPO spread;
+* **the latency term is -alpha * f(z(T))**, the seed's "penalise critical-path tokens"; the release
+  uses ``+alpha * z(1 - T / total)``, which rewards a small *share* of critical tokens, so padding a
+  branch with filler raises the reward while T grows;
+* **z-statistics over the samples that have stats**: a text without trajectory stats (``None``) is
+  left out of the mean and std and gets z = 0; the release puts every sample in, an unparsable one as
+  0, which drags the mean of T (and every other sample's z) towards it.
+
+``tests/rewards/test_rewards_public_differences.py`` works each one out by hand.
+
 Example (linear, alpha = 0, beta_sub = 0.1, no trial/accel; R_sub = [0.2, 0.6], both right:
 mean 0.4, population std 0.2, z = [-1, 1], R = -1 + 2(1 -+ 0.1) = [0.8, 1.2]):
 

@@ -78,3 +78,30 @@ def test_run_leaves_wandb_offline_run_summary_and_checkpoint(run):
     assert state["curriculum"]["global_step"] == summary["steps"]
     # The per-stage table is printed on lines of its own, after the progress bar.
     assert any(line.startswith("stage ") and "| acc " in line for line in output.splitlines())
+
+
+def test_sft_stage_on_a_trajectories_file_reports_its_bad_rows(tmp_path):
+    """A cold start on real Parallel-GSM8K rows (verl's parquet schema, here as JSONL) with one bad row:
+    the run trains, and the bad row is reported by its line, not dropped silently."""
+    import pyarrow.parquet as pq
+
+    sample = ROOT.parent / "shared/data/parallel_r1/gsm8k_parallel_sft_sample.parquet"
+    if not sample.is_file():
+        pytest.skip("the shared real sample is not on this machine")
+    rows = [r for r in pq.read_table(sample).to_pylist()[:12] if "</Parallel>\n<Summary>" in r["output"]][:8]
+    rows.insert(3, {**rows[0], "output": "no block and no final answer"})
+    data = tmp_path / "cold_start.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "orchestrator", "+experiment=smoke", f"hydra.run.dir={run_dir}",
+           "logging.progress_bar=false", f"curriculum.stages.sft.data={data}", "curriculum.stages.sft.steps=2",
+           "curriculum.stages.rl.steps=1", "trainer.sft_batch_size=4", "data.n_test=4", "trainer.eval_samples=1"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    report = json.loads((run_dir / "sft_data_sft.json").read_text())
+    assert (report["rows"], report["kept"]) == (9, 8)
+    assert report["bad_rows"] == [{"line": 4, "code": "no_final_answer", "message": "no final answer after the last block"}]
+    assert "line 4: no_final_answer" in out.stderr
+    losses = [json.loads(x)["sft/loss"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()
+              if "sft/loss" in json.loads(x)]
+    assert len(losses) == 2 and all(math.isfinite(v) for v in losses)

@@ -251,3 +251,30 @@ def test_executed_mode_on_cuda_writes_what_the_cpu_writes(lm, fmt):
     for a, b in zip(cpu_res, gpu_res):
         assert a.record == b.record and a.finish_reason == b.finish_reason
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-3
+
+
+@pytest.mark.parametrize("placement", ["after", "inside"])
+@pytest.mark.parametrize("mode", ["executed", "sequential"])
+def test_summary_tags_are_forced_where_the_spec_puts_them(lm, placement, mode):
+    from dataclasses import replace
+
+    from formats import get_spec
+
+    model, tok = lm
+    spec = get_spec("parallel_r1", summary_placement=placement)
+    tree = Tree(("Go. ", Block((Branch("path", ("3*4=12",)), Branch("path", ("5*6=30",))), "12+30=42"), " #### 42"))
+    texts, res = run(model, tok, [tree], spec, mode, num_paths=2)
+    want = ("Go. <Parallel><Path>3*4=12</Path><Path>5*6=30</Path></Parallel><Summary>12+30=42</Summary> #### 42"
+            if placement == "after" else
+            "Go. <Parallel><Path>3*4=12</Path><Path>5*6=30</Path><Summary>12+30=42</Summary></Parallel> #### 42")
+    assert texts[0] == want + tok.eos_token
+    assert parse(want, spec).tree == tree  # the tree records no placement: the spec's own
+    ids, sampled = res[0].token_ids, res[0].record.sampled[-len(res[0].token_ids):]
+    tag = {t: tok.convert_tokens_to_ids(t) for t in ("<Summary>", "</Summary>", "</Parallel>")}
+    forced = {t: [not s for i, s in zip(ids, sampled) if i == tid] for t, tid in tag.items()}
+    assert forced["<Summary>"] == [True]  # forced after the last path (after </Parallel> or not)
+    assert forced["</Summary>"] == [False]  # the model closes its summary
+    # </Parallel>: forced after the last path (after) or after </Summary> (inside) -- never sampled
+    assert forced["</Parallel>"] == [True]
+    other = replace(spec, summary_placement="inside" if placement == "after" else "after")
+    assert parse(want, other).tree.nodes[1].placement == placement  # the other spec reads it and says where

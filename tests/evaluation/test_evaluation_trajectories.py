@@ -1,0 +1,79 @@
+"""SFT examples from trajectory files: the real Parallel-GSM8K parquet, a user's JSONL with bad rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evaluation.trajectories import load_trajectories
+from formats import get_spec, is_written, parse
+
+SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/parallel_r1/gsm8k_parallel_sft_sample.parquet"
+GOOD = ("Q. <Parallel>\n<Path>6*7=42</Path>\n<Path>7*6=42</Path>\n</Parallel>\n<Summary>both 42</Summary>\n"
+        "Final Answer: 42")
+
+
+@pytest.mark.skipif(not SAMPLE.is_file(), reason="the shared real sample is not on this machine")
+def test_the_real_parquet_trains_170_of_171_rows():
+    examples, report = load_trajectories(str(SAMPLE), "parallel_r1", "parallel_r1")
+    assert (report.rows, report.kept) == (171, 170)
+    assert report.bad == [{"line": report.bad[0]["line"], "code": "malformed",
+                           "message": report.bad[0]["message"]}] and "missing_summary" in report.bad[0]["message"]
+    assert report.wrong_answer == 0  # every teacher's final answer is the reference
+    ex = examples[0]
+    assert ex.prompt.startswith("Solve the following problem step by step.")  # the chat list's user turn
+    text = ex.traces["parallel_r1"]
+    r = parse(text, "parallel_r1")
+    assert r.ok and is_written(r.tree, False)  # as the executor writes it: after, no gaps
+    assert "</Path><Path>" in text and "</Parallel><Summary>" in text
+    assert report.normalized == 170  # every real row had newlines between the structural tags
+
+
+def test_bad_rows_are_counted_by_line(tmp_path):
+    rows = [
+        {"prompt": "p1", "output": GOOD, "answer": "42"},  # 1 ok
+        {"prompt": "p2", "output": GOOD},  # 2 no answer
+        {"prompt": "p3", "output": "<Parallel><Path>a</Path></Parallel><Summary>s</Summary> Final Answer: 1",
+         "answer": "1"},  # 3 one path
+        {"prompt": "p4", "output": "I think so.", "answer": "3"},  # 4 no final answer
+        {"output": GOOD, "answer": "42"},  # 5 no prompt
+        {"prompt": "p6", "output": GOOD.replace("42", "41"), "answer": "42"},  # 6 kept, wrong answer
+    ]
+    path = tmp_path / "t.jsonl"
+    lines = [json.dumps(r) for r in rows]
+    lines.insert(3, "{not json")  # line 4 unreadable; the rows above shift
+    path.write_text("\n".join(lines) + "\n")
+    examples, report = load_trajectories(str(path), "parallel_r1", "parallel_r1")
+    assert [e.line for e in examples] == [1, 7]
+    assert [(b["line"], b["code"]) for b in report.bad] == [
+        (2, "no_answer"), (3, "malformed"), (4, "unreadable"), (5, "no_final_answer"), (6, "no_prompt")]
+    assert (report.rows, report.kept, report.wrong_answer) == (7, 2, 1)
+    assert "line 3: malformed: too_few_branches" in report.summary()
+
+
+def test_inside_placement_run_rewrites_the_public_convention(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"question": "6*7?", "trace": GOOD, "answer": "42"}) + "\n")
+    spec = get_spec("parallel_r1", summary_placement="inside")
+    (ex,), report = load_trajectories(str(path), spec, "parallel_r1")
+    assert ex.traces["parallel_r1"] == ("Q. <Parallel><Path>6*7=42</Path><Path>7*6=42</Path><Summary>both 42"
+                                        "</Summary></Parallel>\nFinal Answer: 42")
+    assert "6*7?" in ex.prompt and "<Summary>" in ex.prompt  # a bare question gets the parallel prompt
+
+
+def test_release_aliases_are_not_trained_on_unless_typed(tmp_path):
+    release = ("<Parallel><Outlines><Outline>1: a</Outline><Outline>2: b</Outline></Outlines>"
+               "<Thread>1: a\nx</Thread><Thread>2: b\ny</Thread></Parallel> #### 3")
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"prompt": "p", "text": release, "answer": "3"}) + "\n")
+    _, report = load_trajectories(str(path), "parason", "parason")
+    assert report.by_code() == {"not_writable": 1}
+    (ex,), _ = load_trajectories(str(path), get_spec("parason", outline_kind="trial"), "parason")
+    assert ex.traces["parason"].startswith("<Parallel><Outlines><Trial>1: a</Trial><Trial>2: b</Trial>")
+
+
+def test_a_missing_file_names_itself(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        load_trajectories(str(tmp_path / "nope.jsonl"), "parallel_r1", "parallel_r1")

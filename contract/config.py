@@ -44,6 +44,22 @@ class ModelConfig:
 
 
 @dataclass
+class FormatOptions:
+    """The `data.format_options` slice: how the run writes and reads its trajectory format
+    (formats.FormatSpec fields; the defaults follow the public Parallel-R1 / Parason data)."""
+
+    # where teachers, the toy world, prompts, the grammar and the executors write the Parallel-R1
+    # summary: after (right after </Parallel>, the public convention) | inside (before </Parallel>)
+    summary_placement: str = "after"
+    # the placements the parser (rewards, metrics, evaluation) accepts
+    summary_accept: list = field(default_factory=lambda: ["after", "inside"])
+    # read the Parason release's <Outline> entries and <Conclusion>
+    aliases: bool = True
+    # what an untyped <Outline> entry counts as: outline (neither subtask nor trial) | subtask | trial
+    outline_kind: str = "outline"
+
+
+@dataclass
 class DataConfig:
     # toyworld (synthetic, CPU scale); real datasets come with the data loaders.
     source: str = "toyworld"
@@ -64,11 +80,8 @@ class DataConfig:
     teacher_serial: float = 0.0
     # Which teacher trace the SFT stage imitates: serial | parallel_r1 | parason.
     trace: str = "parallel_r1"
-    # Format options (formats.FormatSpec fields; the defaults follow the public projects):
-    # summary_placement (after | inside: where teachers, the toy world, prompts, the grammar and the
-    # executors write the Parallel-R1 summary), summary_accept (placements the parser takes, e.g.
-    # "after,inside"), aliases (read the Parason release's <Outline>/<Conclusion>), outline_kind.
-    format_options: dict = field(default_factory=dict)
+    # Format options (formats.FormatSpec fields; the defaults follow the public projects).
+    format_options: FormatOptions = field(default_factory=lambda: FormatOptions())
 
     def __post_init__(self) -> None:
         _check(self.n_train > 0 and self.n_test > 0, "data.n_train/n_test", "must be positive")
@@ -90,11 +103,13 @@ class DataConfig:
         """The run's :class:`formats.FormatSpec`: :attr:`format` with :attr:`format_options`."""
         from formats.spec import FORMAT_OPTIONS, get_spec, parse_options
 
-        opts = dict(self.format_options or {})
-        bad = sorted(set(opts) - set(FORMAT_OPTIONS))
-        if bad:
-            raise ValueError(f"unknown option(s) {bad}; valid: {list(FORMAT_OPTIONS)}")
-        return get_spec(self.format, **parse_options(opts))
+        opts = self.format_options
+        if isinstance(opts, dict):  # built in code: DataConfig(format_options={...})
+            bad = sorted(set(opts) - set(FORMAT_OPTIONS))
+            if bad:
+                raise ValueError(f"unknown option(s) {bad}; valid: {list(FORMAT_OPTIONS)}")
+            opts = FormatOptions(**opts)
+        return get_spec(self.format, **parse_options(dataclasses.asdict(opts)))
 
     @property
     def format(self) -> str:

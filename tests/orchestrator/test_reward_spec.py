@@ -45,3 +45,31 @@ def test_stage_params_and_run_reward():
     assert (spec.name, spec.params["format"], spec.params["beta_sub"]) == ("pa_grpo", "parason", 0.1)
     explicit = Stage("rl", "rl", 1, reward="accuracy", reward_params={"format": "parallel_r1"})
     assert reward_spec(explicit, run, "parason").params["format"] == "parallel_r1"
+
+
+def test_the_runs_format_options_reach_teachers_and_rewards(worker):
+    """data.format_options (here: the summary inside the block, only) reaches the toy world's teacher
+    traces and the reward's parser, so a run scores what its teacher and executor write."""
+    from contract.config import DataConfig
+    from formats import parse
+    from orchestrator.data import load_problems
+
+    cfg = DataConfig(n_train=8, n_test=4, format_options={"summary_placement": "inside", "summary_accept": "inside"})
+    train, _ = load_problems(cfg)
+    trace = train[0].traces["parallel_r1"]
+    assert "<Summary>" in trace and "</Summary></Parallel>" in trace  # the teacher writes inside
+    spec = reward_spec(Stage("rl", "rl", 1, reward="parallel_acc"), RewardConfig(), cfg.spec)
+    assert (spec.params["summary_placement"], spec.params["summary_accept"]) == ("inside", "inside")
+    after = trace.replace("</Summary></Parallel>", "</Summary>").replace("<Summary>", "</Parallel><Summary>")
+    assert parse(after, "parallel_r1").ok  # the default spec reads it...
+    out = worker.score([{"texts": [trace, after], "ground_truth": train[0].answer}], spec=spec)
+    assert out.rewards == [[1.0, 0.0]]  # ...this run's does not: R_parallel is 0
+
+
+def test_unknown_format_option_is_a_config_error():
+    from contract.config import DataConfig
+
+    with pytest.raises(ValueError, match=r"data.format_options: unknown option\(s\) \['placement'\]"):
+        DataConfig(format_options={"placement": "inside"})
+    with pytest.raises(ValueError, match="data.format_options: summary_placement"):
+        DataConfig(format_options={"summary_placement": "before"})

@@ -86,9 +86,13 @@ def _parason_to_r1(tree: Tree) -> Tree:
     while i < len(items):
         node = items[i]
         if isinstance(node, Block):
+            paths = tuple(Branch(PATH, (t,) if (t := _text(b.body)) else (), None) for b in node.branches)
+            if node.summary is not None:  # the release's <Conclusion> is the summary
+                nodes.append(Block(paths, node.summary, ()))
+                i += 1
+                continue
             nxt = items[i + 1] if i + 1 < len(items) and isinstance(items[i + 1], str) else ""
             summary, _, rest = nxt.partition("\n")
-            paths = tuple(Branch(PATH, (t,) if (t := _text(b.body)) else (), None) for b in node.branches)
             nodes.append(Block(paths, summary, ()))
             if rest:
                 nodes.append(rest)

@@ -37,6 +37,6 @@ def with_thread_headers(tree: Tree) -> Tree:
             if head is not None and not (body and isinstance(body[0], str) and body[0].startswith(head)):
                 body = (head + body[0],) + body[1:] if body and isinstance(body[0], str) else (head,) + body
             branches.append(Branch(br.kind, body, br.outline))
-        return Block(tuple(branches), b.summary, b.gaps)
+        return Block(tuple(branches), b.summary, b.gaps, b.placement)
 
     return Tree(nodes(tree.nodes))

@@ -20,7 +20,7 @@ ordinary segment-visibility record (`reprefill=False`) over the longer row, so t
 layout's masks, predictor index and block-sparse attention score it unchanged.
 
 Worked example (Parallel-R1, two paths; `|` separates segments):
-text  `P | <Parallel>.. | <Path> | a a </Path> | <Path> | b b </Path> | <Summary> | s`,
+text  `P | <Parallel>.. | <Path> | a a </Path> | <Path> | b b </Path> | </Parallel><Summary> | s`,
 segments 0..7. Path 2 (`<Path>` = 4, body = 5) saw segments 0, 1 only, so it is copied: the row is
 the 8 text segments (causal) plus copies 8 (`<Path>`, sees 0, 1) and 9 (`b b </Path>`, sees 0, 1, 8),
 with positions continuing from len(P) + len(segment 1). The body's loss moves to copy 9.

@@ -14,7 +14,8 @@ complete). When all n branches ended, the *continuation* request starts: its KV 
 followed by every branch's own KV *as computed in its branch*, concatenated along time (keys
 carry RoPE already), its positions continue from prefix_len + max branch length (the critical
 path: position ids count critical-path tokens), and the executor forces the join tag
-(Parason `</Parallel>`; Parallel-R1 `<Summary>`, then `</Parallel>` after `</Summary>`).
+(Parason `</Parallel>`; Parallel-R1 where `spec.summary_placement` puts its summary: `</Parallel><Summary>`,
+or `<Summary>` and then `</Parallel>` after `</Summary>`).
 AND (Subtask) and OR (Trial) joins differ in meaning, not mechanics: every branch's full trace
 stays in the history either way. Branch requests may fork again (Parason nesting).
 

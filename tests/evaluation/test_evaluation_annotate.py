@@ -76,3 +76,10 @@ def test_convert_cli(tmp_path, capsys):
                  str(tmp_path / "o.jsonl")]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {"converted": 1, "skipped": 1}
     assert formats.parse(json.loads((tmp_path / "o.jsonl").read_text())["trace"], "parason").ok
+
+
+def test_the_release_format_converts_its_conclusion_into_the_summary():
+    release = ("Go <Parallel><Outlines><Outline>1: a</Outline><Outline>2: b</Outline></Outlines>"
+               "<Thread>x</Thread><Thread>y</Thread><Conclusion>c</Conclusion></Parallel> #### 3")
+    assert convert(release, "parason", "parallel_r1") == (
+        "Go <Parallel><Path>x</Path><Path>y</Path></Parallel><Summary>c</Summary> #### 3")

@@ -46,7 +46,8 @@ _ENTRY_KIND = {_SUB_O: SUBTASK, _TRI_O: TRIAL, _OLN_O: OUTLINE}
 class _Compiled:
     """Per-spec tables: tag string <-> code, and the tags for the split (longest first)."""
 
-    __slots__ = ("codes", "parason", "spec", "split", "tag_tuple", "tags")
+    __slots__ = ("closers", "codes", "entry_tags", "inside", "after", "mark_after", "mark_inside", "parason",
+                 "spec", "split", "tag_tuple", "tags")
 
     def __init__(self, spec: FormatSpec):
         self.spec = spec
@@ -85,6 +86,20 @@ class _Compiled:
             )
         self.tags = by_code
         self.codes = {t: c for c, t in by_code.items()}
+        # summary / conclusion placements: accepted, and recorded (None where the spec writes it)
+        has_summary = spec.uses_aliases if self.parason else True  # Parason's conclusion is an alias
+        self.inside = has_summary and spec.accepts("inside")
+        self.after = has_summary and spec.accepts("after")
+        self.mark_after = None if spec.summary_placement == "after" else "after"
+        self.mark_inside = None if spec.summary_placement == "inside" else "inside"
+        if self.parason:
+            self.closers = ""
+            alias = f", {spec.outline_open}" if spec.uses_aliases else ""
+            self.entry_tags = f"{spec.subtask_open}, {spec.trial_open}{alias}"
+        else:
+            self.closers = " or ".join(([spec.summary_open] if self.inside else []) +
+                                       ([spec.parallel_close] if self.after else []))
+            self.entry_tags = ""
         # Longest first like a regex alternation would need, though no tag is a prefix of another
         # (each ends with its only '>').  The C split returns these very objects as its tags.
         self.tag_tuple = tuple(sorted(by_code.values(), key=len, reverse=True))
@@ -167,11 +182,9 @@ def _scan_r1(parts: list[str], comp: _Compiled):
     codes, tags, spec = comp.codes, comp.tags, comp.spec
     path_c, sum_o, sum_c = tags[PATH_C], tags[SUM_O], tags[SUM_C]
     min_b, max_b = spec.min_branches, spec.max_branches
-    inside, after = spec.accepts("inside"), spec.accepts("after")
+    inside, after, closers = comp.inside, comp.after, comp.closers
     # the placement a parsed block records: None where the spec writes its summary
-    mark_after = None if spec.summary_placement == "after" else "after"
-    mark_inside = None if spec.summary_placement == "inside" else "inside"
-    closers = " or ".join(([sum_o] if inside else []) + ([tags[P_C]] if after else []))
+    mark_after, mark_inside = comp.mark_after, comp.mark_inside
     top: list = []  # top-level nodes
     state = SEQ
     gaps: list = []  # of the open block
@@ -184,9 +197,13 @@ def _scan_r1(parts: list[str], comp: _Compiled):
     def fail(code, msg, k, tag):
         return _Failure("malformed", code, msg, k, tag, top_k, top, last_k)
 
-    def close():
+    def close(k: int) -> int:
+        """The open block is complete; `k` is the first part after it. Returns the main-chain state."""
+        nonlocal top_k, last_k
         place = mark_after if placed_after else mark_inside
         top.append(Block(tuple(paths), summary, tuple(gaps) if any(gaps) else (), place))
+        top_k, last_k = -1, k
+        return SEQ
 
     n = len(parts)
     i = 1
@@ -251,10 +268,7 @@ def _scan_r1(parts: list[str], comp: _Compiled):
                 return fail("missing_summary", f"expected {sum_o} after {tags[P_C]}, found {tag}", i, tag)
             if i + 2 < n and parts[i + 2] == sum_c:
                 summary = parts[i + 1]
-                close()
-                top_k = -1
-                last_k = i + 3
-                state = SEQ
+                state = close(i + 3)
                 i += 4
                 continue
             state = IN_SUM
@@ -262,13 +276,7 @@ def _scan_r1(parts: list[str], comp: _Compiled):
             if c != SUM_C:
                 return fail("unexpected_tag", f"expected {sum_c} inside Summary, found {tag}", i, tag)
             summary = piece
-            if placed_after:
-                close()
-                top_k = -1
-                last_k = i + 1
-                state = SEQ
-            else:
-                state = _R1_END
+            state = close(i + 1) if placed_after else _R1_END
         else:  # _R1_END
             if piece and piece.strip(GAP_CHARS):
                 msg = f"non-whitespace text before {tag} inside a block"
@@ -276,10 +284,7 @@ def _scan_r1(parts: list[str], comp: _Compiled):
             gaps.append(piece)
             if c != P_C:
                 return fail("unexpected_tag", f"expected {tags[P_C]} after Summary, found {tag}", i, tag)
-            close()
-            top_k = -1
-            last_k = i + 1
-            state = SEQ
+            state = close(i + 1)
         i += 2
     return _end(parts, comp, state, top, top_k, last_k)
 
@@ -299,11 +304,8 @@ def _scan_parason(parts: list[str], comp: _Compiled):
     thr_c = tags[THR_C]
     con_c = tags.get(CON_C)
     min_b, max_b, max_depth = spec.min_branches, spec.max_branches, spec.max_depth
-    aliases = spec.uses_aliases
-    con_inside, con_after = aliases and spec.accepts("inside"), aliases and spec.accepts("after")
-    mark_after = None if spec.summary_placement == "after" else "after"
-    mark_inside = None if spec.summary_placement == "inside" else "inside"
-    entry_tags = f"{tags[SUB_O]}, {tags[TRI_O]}" + (f", {tags[OLN_O]}" if aliases else "")
+    con_inside, con_after, entry_tags = comp.inside, comp.after, comp.entry_tags
+    mark_after, mark_inside = comp.mark_after, comp.mark_inside
     top: list = []  # top-level nodes
     nodes = top  # current node sequence (top level or Thread body)
     state = SEQ
@@ -352,7 +354,7 @@ def _scan_parason(parts: list[str], comp: _Compiled):
                         continue
                     nodes = []  # the Thread body; the parent sequence is restored at </Parallel>
                     state = SEQ
-                elif c == P_C or c == _CON_O and con_inside:
+                elif c == P_C or (c == CON_O and con_inside):
                     if nt < ne:
                         return fail("missing_thread", f"{tag} after {nt} of {ne} Threads", i, tag)
                     if c == CON_O:  # the conclusion closes the block from inside

@@ -10,6 +10,8 @@ never silently dropped and never a crash:
 * ``no_final_answer``: nothing the verifier can read after the last block (`formats.answer_text`);
 * ``not_writable``: a Parason ``<Conclusion>`` or an untyped ``<Outline>`` entry with
   ``outline_kind="outline"``: the executor never writes them, so a model cannot learn them from SFT;
+* ``too_long``: prompt + trajectory (+ EOS) over `max_tokens` (the model's context), in tokens of
+  the run's tokenizer; an RL prompt with no room left for `max_tokens` minus its response budget;
 * ``unreadable``: the row itself (bad JSON, not an object).
 
 Fields (dotted paths, `datafiles`): the prompt is `prompt_field` or the first of `PROMPT_FIELDS`; a
@@ -34,7 +36,8 @@ from typing import Any
 from datafiles import ANSWER_FIELDS, TEXT_FIELDS, FieldError, find_field, read_rows, text_of
 from datafiles import field as get_field
 
-__all__ = ["PROMPT_FIELDS", "SFT_TEXT_FIELDS", "FileExample", "LoadReport", "load_trajectories", "writable_tree"]
+__all__ = ["PROMPT_FIELDS", "SFT_TEXT_FIELDS", "FileExample", "FilePrompt", "LoadReport", "load_prompts",
+           "load_trajectories", "writable_tree"]
 
 PROMPT_FIELDS = ("prompt", "question", "problem", "input")
 SFT_TEXT_FIELDS = ("trace", *TEXT_FIELDS)
@@ -52,6 +55,16 @@ class FileExample:
     line: int = 0
     family: str = "file"
     difficulty: int = 0
+
+
+@dataclass(frozen=True)
+class FilePrompt:
+    """One RL prompt from a file: the text the model reads and the reference answer."""
+
+    uid: str
+    prompt: str
+    answer: str
+    line: int = 0
 
 
 @dataclass
@@ -125,7 +138,7 @@ def _prompt(obj: dict, prompt_field: str | None, spec, tokenizer) -> str | None:
 
 def load_trajectories(path: str, spec, trace: str, *, prompt_field: str | None = None,
                       text_field: str | None = None, answer_field: str | None = None,
-                      tokenizer=None) -> tuple[list[FileExample], LoadReport]:
+                      tokenizer=None, max_tokens: int | None = None) -> tuple[list[FileExample], LoadReport]:
     """The SFT examples of `path` (trajectory under `traces[trace]`) and the report of every row.
 
     `spec`: a format name or FormatSpec. OSError (a missing file) propagates: nothing was read.
@@ -182,9 +195,56 @@ def load_trajectories(path: str, spec, trace: str, *, prompt_field: str | None =
             bad(n, "not_writable", str(e))
             continue
         written = render(tree, spec)
+        if max_tokens is not None and tokenizer is not None:
+            length = len(tokenizer(prompt + written, add_special_tokens=False)["input_ids"]) + 1
+            if length > max_tokens:
+                bad(n, "too_long", f"{length} tokens (prompt + trajectory + EOS) > the model's {max_tokens}")
+                continue
         report.normalized += written != text
         report.wrong_answer += fast_verdict(pred, str(answer)) is False
         uid = str(obj.get("uid", obj.get("index", f"line{n}")))
         out.append(FileExample(uid=f"{uid}-{n}", prompt=prompt, answer=str(answer), traces={trace: written}, line=n))
+        report.kept += 1
+    return out, report
+
+
+def load_prompts(path: str, spec, *, prompt_field: str | None = None, answer_field: str | None = None,
+                 tokenizer=None, max_tokens: int | None = None) -> tuple[list[FilePrompt], LoadReport]:
+    """RL prompts of `path` (verl's dataset parquet, a JSONL of questions and answers) and the report
+    of every row: the prompt as `load_trajectories` reads it (a chat list through the chat template, a
+    bare question with the run's parallel prompt), the answer from `answer_field` or `ANSWER_FIELDS`."""
+    from formats.spec import resolve_spec
+
+    spec = resolve_spec(spec)
+    report = LoadReport(str(path))
+    out: list[FilePrompt] = []
+    for row in read_rows(path, keep_empty=False):
+        report.rows += 1
+        n = row.line
+        if row.error is not None:
+            report.bad.append({"line": n, "code": "unreadable", "message": row.message})
+            continue
+        obj = row.data
+        try:
+            prompt = _prompt(obj, prompt_field, spec, tokenizer)
+            apath = answer_field or find_field(obj, ANSWER_FIELDS)
+            answer = get_field(obj, apath) if apath else None
+        except FieldError as e:
+            report.bad.append({"line": n, "code": "no_field", "message": str(e)})
+            continue
+        if not prompt:
+            report.bad.append({"line": n, "code": "no_prompt", "message": f"no prompt (fields {PROMPT_FIELDS})"})
+            continue
+        if answer is None or str(answer).strip() == "":
+            report.bad.append({"line": n, "code": "no_answer", "message": f"no reference answer (fields {ANSWER_FIELDS})"})
+            continue
+        if max_tokens is not None and tokenizer is not None:
+            length = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+            if length >= max_tokens:
+                report.bad.append({"line": n, "code": "too_long",
+                                   "message": f"{length} prompt tokens leave no room in {max_tokens}"})
+                continue
+        uid = str(obj.get("uid", obj.get("index", f"line{n}")))
+        out.append(FilePrompt(uid=f"{uid}-{n}", prompt=prompt, answer=str(answer), line=n))
         report.kept += 1
     return out, report

@@ -64,15 +64,18 @@ class StageStreams:
     gives SFT examples (with teacher traces) and RL prompts; a real benchmark name
     (gsm8k_train, dapo_math_17k, ...) gives RL prompts through the `evaluation` loaders; an SFT stage
     on a trajectories file (`.jsonl`, `.json`, `.parquet`: the builder's output, verl's SFT parquet)
-    trains on its rows (`evaluation.trajectories`), every bad row counted and reported by line
-    (printed, and written to `run_dir/sft_data_<stage>.json`).
+    trains on its rows, an RL stage on a file takes its prompts and answers (verl's dataset parquet:
+    the chat `prompt` as it is, `reward_model.ground_truth`); `evaluation.trajectories` reads both,
+    every bad row counted and reported by line (printed, and written to `run_dir/data_<stage>.json`).
     `consumed` is the data position a checkpoint stores; `fast_forward` replays it.
     """
 
     def __init__(self, cfg: DataConfig, train: list, tokenizer, seed: int, prompt_style: str = "raw",
-                 run_dir=None):
+                 run_dir=None, max_tokens: int | None = None, max_new_tokens: int = 0):
         self.cfg, self.train, self.tokenizer, self.seed = cfg, train, tokenizer, seed
         self.run_dir = run_dir
+        # the model's context (rows past it are bad rows of a file) and the rollout's response budget
+        self.max_tokens, self.max_new_tokens = max_tokens, max_new_tokens
         self.reports: dict[str, dict] = {}  # stage -> the trajectories file's LoadReport
         self._files: dict[str, list] = {}  # stage -> its file's examples (read once)
         self.prompt_style = prompt_style
@@ -95,7 +98,7 @@ class StageStreams:
         source = stage.data or self.cfg.source
         if source == "toyworld":
             return self.train if stage.kind == "sft" else to_prompts(self.train, self.tokenizer)
-        if is_file_source(source) and stage.kind == "sft":
+        if is_file_source(source):
             return self._file_examples(stage, source)
         from evaluation import build_prompt, load_benchmark
 
@@ -111,15 +114,23 @@ class StageStreams:
         import sys
         from pathlib import Path
 
-        from evaluation.trajectories import load_trajectories
+        from evaluation.trajectories import load_prompts, load_trajectories
 
         if stage.name in self.reports:
             return self._files[stage.name]
-        examples, report = load_trajectories(path, self.cfg.spec, self.cfg.trace, tokenizer=self.tokenizer)
-        print(f"[parallax] stage {stage.name!r} SFT data {report.summary()}", file=sys.stderr, flush=True)
+        if stage.kind == "sft":
+            examples, report = load_trajectories(path, self.cfg.spec, self.cfg.trace, tokenizer=self.tokenizer,
+                                                 max_tokens=self.max_tokens)
+        else:
+            room = None if self.max_tokens is None else self.max_tokens - self.max_new_tokens
+            rows, report = load_prompts(path, self.cfg.spec, tokenizer=self.tokenizer, max_tokens=room)
+            ids = self.tokenizer([r.prompt for r in rows], add_special_tokens=False)["input_ids"] if rows else []
+            examples = [Prompt(uid=r.uid, text=r.prompt, token_ids=i, ground_truth=r.answer, meta={"line": r.line})
+                        for r, i in zip(rows, ids)]
+        print(f"[parallax] stage {stage.name!r} {stage.kind} data {report.summary()}", file=sys.stderr, flush=True)
         self.reports[stage.name] = report.to_dict()
         if self.run_dir is not None:
-            Path(self.run_dir, f"sft_data_{stage.name}.json").write_text(json.dumps(report.to_dict(), indent=1))
+            Path(self.run_dir, f"data_{stage.name}.json").write_text(json.dumps(report.to_dict(), indent=1))
         if not examples:
             raise ValueError(f"stage {stage.name!r}: no usable row in {path} ({report.by_code()}; "
                              f"first: {report.bad[:1]})")

@@ -92,7 +92,11 @@ class Trainer:
         self.curriculum: Curriculum = cfg.curriculum.build(cfg.reward)
         # how trajectories and teacher traces become learner rows, chosen once (layouts/)
         self.layout: Layout = get_layout(cfg.learner.layout, reprefill=cfg.rollout.dispatch == "requests")
-        self.data = StageStreams(cfg.data, train, self.tokenizer, cfg.trainer.seed, run_dir=self.run_dir)
+        from transformers import AutoConfig
+
+        context = getattr(AutoConfig.from_pretrained(self.model_path), "max_position_embeddings", None)
+        self.data = StageStreams(cfg.data, train, self.tokenizer, cfg.trainer.seed, run_dir=self.run_dir,
+                                 max_tokens=context, max_new_tokens=cfg.rollout.max_new_tokens)
         for s in self.curriculum.stages:
             if s.steps:
                 self.data.check(s, self._batch_size(s))

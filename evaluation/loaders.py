@@ -76,6 +76,23 @@ BENCHMARKS: dict[str, BenchmarkInfo] = {
 }
 
 
+#: Named teacher-trajectory sets for SFT stages (`stage.data: parallel_gsm8k`), under the data
+#: directory. On these machines Parallel-GSM8K is the 171-row sample of the public cold-start set (verl's
+#: parquet schema); a full copy (or `python -m evaluation build-gsm8k` output) goes in by path.
+TRAJECTORY_SETS: dict[str, str] = {
+    "parallel_gsm8k": "parallel_r1/gsm8k_parallel_sft_sample.parquet",
+}
+
+
+def trajectory_file(name: str, data_dir_: str | os.PathLike | None = None) -> Path:
+    """The file of a named trajectory set; FileNotFoundError naming it and the data directory."""
+    path = data_dir(data_dir_) / TRAJECTORY_SETS[name]
+    if not path.is_file():
+        raise FileNotFoundError(f"trajectory set {name!r}: {path} not found (set PARALLAX_DATA_DIR, or give "
+                                "the stage's data as a file path)")
+    return path
+
+
 def data_dir(path: str | os.PathLike | None = None) -> Path:
     """The data directory: ``path`` if given, else ``$PARALLAX_DATA_DIR``, else ``<repo>/../shared/data``."""
     if path is not None:

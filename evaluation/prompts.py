@@ -5,6 +5,9 @@ Styles (:data:`PROMPT_STYLES`):
 * ``parallel`` -- explains the parallel format of ``fmt`` (tag spellings come from the
   :mod:`formats` spec, never typed here) and asks for the final answer in ``\\boxed{}``; the
   teacher prompt of the Parallel-GSM8K builder and the evaluation prompt of parallel models;
+* ``paper`` -- Parallel-R1's own prompt (the instruction its Parallel-GSM8K data and rollouts use,
+  tags from the spec, the summary sentence where ``summary_placement`` puts it), ending with a
+  ``Final Answer:`` line; for Parason, ``parallel``;
 * ``plain`` -- step-by-step reasoning, answer in ``\\boxed{}``: the GRPO baseline's prompt;
 * ``raw`` -- the question unchanged (toy-world prompts ``"Q: ...\\nA:"`` are already what the
   tiny model was trained on).
@@ -17,9 +20,50 @@ from __future__ import annotations
 
 from formats.spec import resolve_spec as get_spec  # a format name or a FormatSpec
 
-__all__ = ["PROMPT_STYLES", "build_prompt", "system_instructions"]
+__all__ = ["PROMPT_STYLES", "build_prompt", "render_prompt", "system_instructions"]
 
-PROMPT_STYLES: tuple[str, ...] = ("parallel", "plain", "raw")
+PROMPT_STYLES: tuple[str, ...] = ("parallel", "paper", "plain", "raw")
+
+# Parallel-R1's prompt (its Parallel-GSM8K `prompt` column), tag spellings from the spec.
+_PAPER_R1 = (
+    "Solve the following problem step by step.\n"
+    "During the reasoning process, whenever you encounter a step that may benefit from multiple perspectives "
+    "or independent reasoning, insert a {po} block at that point.\n\n"
+    "Within each {po} block:\n\n"
+    "Include at least two distinct and independent reasoning paths.\n"
+    "Each path must be enclosed within {pa} and {pac} tags.\n"
+    "Do not include any ordering information or cross-references between paths, as they are generated "
+    "simultaneously and independently.\n"
+    "{summary}\n\n"
+    "Repeat this process adaptively as needed throughout the reasoning.\n"
+    "Do not explicitly mention that you are triggering parallel thinking—just insert the {po} block "
+    "naturally within the reasoning chain.\n\n"
+    "End your response with a line starting with Final Answer: followed by the final result.\n\n"
+    "Problem: {question}"
+)
+
+
+def _paper_r1(question: str, s) -> str:
+    what = (f"a concise summary of insights or conclusions drawn from all paths, enclosed in {s.summary_open} "
+            f"and {s.summary_close} tags.")
+    if s.summary_placement == "after":
+        summary = f"Close the block with {s.parallel_close}.\nImmediately after each {s.parallel_close}, write {what}"
+    else:
+        summary = f"After the last path, write {what}\nClose the block with {s.parallel_close}."
+    return _PAPER_R1.format(po=s.parallel_open, pa=s.path_open, pac=s.path_close, summary=summary, question=question)
+
+
+def render_prompt(tokenizer, prompt) -> str:
+    """The text a model reads for `prompt` (a string, or chat messages): through the tokenizer's chat
+    template as a user turn when it has one (instruct models: SmolLM2, Qwen3), else the text itself
+    (the tiny model, base models fed raw as in both papers)."""
+    messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    if isinstance(prompt, str):
+        return prompt
+    users = [m for m in messages if m.get("role") == "user"]
+    return str((users or messages)[-1].get("content", ""))
 
 _PLAIN = (
     "Solve the following math problem. Reason step by step, then give the final answer "
@@ -85,6 +129,8 @@ def build_prompt(question: str, style: str = "parallel", fmt: str = "parallel_r1
         text = question
     elif style == "plain":
         text = _PLAIN.format(question=question)
+    elif style == "paper" and not get_spec(fmt).is_parason:
+        text = _paper_r1(question, get_spec(fmt))
     else:
         text = (
             f"{system_instructions(fmt)} Finally, give the final answer as \\boxed{{ANSWER}} on the last "

@@ -16,9 +16,9 @@ never silently dropped and never a crash:
 
 Fields (dotted paths, `datafiles`): the prompt is `prompt_field` or the first of `PROMPT_FIELDS`; a
 chat-message list is rendered with the tokenizer's chat template when it has one, else it is the
-content of its last user message; a bare question (`question`, `problem`) gets the run's parallel
-prompt (`evaluation.prompts.build_prompt`). The trajectory is `text_field` or the first of
-`SFT_TEXT_FIELDS` (the builder writes `trace`, verl's SFT sets `output`); the answer `answer_field` or
+content of its last user message; a bare question (`question`, `problem`) gets Parallel-R1's
+prompt (`evaluation.prompts.build_prompt`, style ``paper``); a string prompt is the user turn. The trajectory is
+`text_field` or the first of `SFT_TEXT_FIELDS` (the builder writes `trace`, verl's SFT sets `output`); the answer `answer_field` or
 the first of `datafiles.ANSWER_FIELDS` (`reward_model.ground_truth` in verl).
 
 What is trained on is the text as the executor writes it (`formats`: ``is_written``): the summary
@@ -120,20 +120,19 @@ def writable_tree(tree, spec):
 
 
 def _prompt(obj: dict, prompt_field: str | None, spec, tokenizer) -> str | None:
-    from evaluation.prompts import build_prompt
+    from evaluation.prompts import build_prompt, render_prompt
 
     path = prompt_field or find_field(obj, PROMPT_FIELDS)
     if path is None:
         return None
     value = get_field(obj, path)
     if path in _QUESTION_FIELDS and isinstance(value, str) and prompt_field is None:
-        return build_prompt(value, "parallel", spec)
-    if isinstance(value, list) and tokenizer is not None and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(value, tokenize=False, add_generation_prompt=True)
-    if isinstance(value, list):  # no chat template: the user's words
-        users = [m for m in value if isinstance(m, dict) and m.get("role") == "user"]
-        return text_of(users[-1] if users else value)
-    return text_of(value)
+        value = build_prompt(value, "paper", spec)  # a bare question: the paper's prompt
+    if isinstance(value, list) and not all(isinstance(m, dict) and "content" in m for m in value):
+        return None
+    if not isinstance(value, (str, list)):
+        return text_of(value)
+    return render_prompt(tokenizer, value)
 
 
 def load_trajectories(path: str, spec, trace: str, *, prompt_field: str | None = None,
@@ -212,7 +211,7 @@ def load_prompts(path: str, spec, *, prompt_field: str | None = None, answer_fie
                  tokenizer=None, max_tokens: int | None = None) -> tuple[list[FilePrompt], LoadReport]:
     """RL prompts of `path` (verl's dataset parquet, a JSONL of questions and answers) and the report
     of every row: the prompt as `load_trajectories` reads it (a chat list through the chat template, a
-    bare question with the run's parallel prompt), the answer from `answer_field` or `ANSWER_FIELDS`."""
+    bare question with Parallel-R1's prompt), the answer from `answer_field` or `ANSWER_FIELDS`."""
     from formats.spec import resolve_spec
 
     spec = resolve_spec(spec)

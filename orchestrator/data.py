@@ -47,6 +47,12 @@ def is_file_source(source: str) -> bool:
     return str(source).endswith((".jsonl", ".json", ".parquet"))
 
 
+def _named_set(source: str) -> bool:
+    from evaluation.loaders import TRAJECTORY_SETS
+
+    return source in TRAJECTORY_SETS
+
+
 def batches(items: list, size: int, seed: int) -> Iterator[list]:
     """Endless shuffled mini-batches: each epoch is a new permutation (deterministic per seed)."""
     rng = random.Random(seed)
@@ -86,7 +92,7 @@ class StageStreams:
     def check(self, stage, batch_size: int) -> None:
         """Fail at setup, not mid-run, when a stage's data cannot be had."""
         source = stage.data or self.cfg.source
-        if stage.kind == "sft" and source != "toyworld" and not is_file_source(source):
+        if stage.kind == "sft" and source != "toyworld" and not is_file_source(source) and not _named_set(source):
             raise ValueError(f"stage {stage.name!r}: SFT needs teacher traces; data {source!r} has none "
                              "(use toyworld, a trajectories file (.jsonl/.json/.parquet), or build "
                              "Parallel-GSM8K with `python -m evaluation build-gsm8k`)")
@@ -98,13 +104,20 @@ class StageStreams:
         source = stage.data or self.cfg.source
         if source == "toyworld":
             return self.train if stage.kind == "sft" else to_prompts(self.train, self.tokenizer)
+        if stage.kind == "sft" and _named_set(source):
+            from evaluation.loaders import trajectory_file
+
+            return self._file_examples(stage, str(trajectory_file(source)))
         if is_file_source(source):
             return self._file_examples(stage, source)
         from evaluation import build_prompt, load_benchmark
+        from evaluation.prompts import render_prompt
 
-        style = "plain" if self.cfg.trace == "serial" else "parallel"
+        # the papers' prompts: Parallel-R1's own, Parason's format rules, plain for a serial run;
+        # through the model's chat template when it has one
+        style = "plain" if self.cfg.trace == "serial" else "paper"
         probs = load_benchmark(source)
-        texts = [build_prompt(p.question, style, self.cfg.format) for p in probs]
+        texts = [render_prompt(self.tokenizer, build_prompt(p.question, style, self.cfg.spec)) for p in probs]
         ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
         return [Prompt(uid=p.uid, text=t, token_ids=i, ground_truth=p.answer, meta=dict(p.meta))
                 for p, t, i in zip(probs, texts, ids)]

@@ -34,12 +34,37 @@ from orchestrator.stage_table import format_table, in_table
 
 
 def prepare_model(cfg: ParallaxConfig, run_dir: Path) -> str:
-    """The model path every actor loads: the configured one, or a tiny model built in the run dir."""
-    if cfg.model.path:
-        return cfg.model.path
-    from tinylm import build_tiny_model
+    """The model path every actor loads: a packaged real model (materialised once, cached), the
+    configured directory or hub name, or a tiny model built in the run dir. A real model gets every
+    format tag as one token and a pad token (models/prepare.py), in a copy under the run dir only when
+    its tokenizer lacks them."""
+    if not cfg.model.package and not cfg.model.path:
+        from tinylm import build_tiny_model
 
-    return str(build_tiny_model(run_dir / "model_init", cfg.model.tiny, tokenizer_corpus(cfg.data)))
+        return str(build_tiny_model(run_dir / "model_init", cfg.model.tiny, tokenizer_corpus(cfg.data)))
+    from formats import ALL_SPECIAL_TOKENS
+    from models import materialize, prepare_model_dir
+
+    if cfg.model.package:
+        src, key = materialize(cfg.model.package), "model.package"
+    else:
+        src, key = _local_model(cfg.model.path), "model.path"
+    return prepare_model_dir(src, run_dir / "model_init", ALL_SPECIAL_TOKENS, key=key).path
+
+
+def _local_model(path: str) -> Path:
+    """A local model directory, or a hub name fetched into the hub cache; ValueError naming model.path."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return p
+    if p.is_absolute() or path.startswith((".", "~")) or path.count("/") != 1:
+        raise ValueError(f"model.path={path!r}: no such model directory")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(path))
+    except Exception as e:  # noqa: BLE001 -- offline, unknown repo, no auth: one clear error
+        raise ValueError(f"model.path={path!r}: not a local directory, and the hub cannot give it ({e})") from None
 
 
 def trajectory_stats(trajs: list[Trajectory], fmt: str, prefix: str,

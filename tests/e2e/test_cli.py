@@ -129,3 +129,29 @@ def test_rows_past_the_models_context_are_bad_rows(tmp_path):
     assert "no usable row" in out.stderr and "too_long" in out.stderr
     report = json.loads((run_dir / "data_sft.json").read_text())
     assert report["kept"] == 0 and report["by_code"] == {"too_long": 170, "malformed": 1}
+
+
+def test_a_real_pretrained_model_trains_on_real_data(tmp_path):
+    """SmolLM2-135M-Instruct from its PyPI package through the real actors: SFT on the real
+    Parallel-GSM8K sample, then GRPO on GSM8K train prompts (`+experiment=smollm2_gsm8k`, fewer steps)."""
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "orchestrator", "+experiment=smollm2_gsm8k", f"hydra.run.dir={run_dir}",
+           "logging.progress_bar=false", "curriculum.stages.sft.steps=2", "curriculum.stages.rl.steps=1",
+           "rollout.max_new_tokens=24"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    from transformers import AutoTokenizer
+
+    from formats import ALL_SPECIAL_TOKENS
+    from models.prepare import missing_tags
+
+    tok = AutoTokenizer.from_pretrained(run_dir / "model_init")  # the prepared copy the actors loaded
+    assert missing_tags(tok, ALL_SPECIAL_TOKENS) == [] and tok.pad_token is not None
+    metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    losses = [m["sft/loss"] for m in metrics if "sft/loss" in m]
+    # a pretrained LM on English: ~2 nats per token (an untrained 49k-vocabulary model starts near 10.8)
+    assert len(losses) == 2 and all(1.0 < v < 3.5 for v in losses)
+    rl = [m for m in metrics if "reward/mean" in m]
+    assert len(rl) == 1 and rl[0]["response/length"] > 0
+    report = json.loads((run_dir / "data_sft.json").read_text())
+    assert (report["kept"], report["by_code"]) == (170, {"malformed": 1})

@@ -325,6 +325,10 @@ class TrainerConfig:
     eval_budgets: list[int] = field(default_factory=lambda: [8, 12, 16, 32])
     # Also evaluate on the held-out set every N steps (0: only after each stage).
     eval_every: int = 0
+    # The held-out set: the toy world's test split (null), or benchmarks by loader name, comma-separated
+    # (gsm8k, math500, aime24, aime25, amc23), each its first `eval_limit` problems, in the run's prompt.
+    eval_data: str | None = None
+    eval_limit: int = 64
     # Save a checkpoint every N steps (0: only at the end of each stage).
     save_every: int = 0
     seed: int = 0
@@ -335,6 +339,7 @@ class TrainerConfig:
         _check(self.save_every >= 0, "trainer.save_every", "must be >= 0")
         _check(self.eval_every >= 0, "trainer.eval_every", "must be >= 0")
         _check(self.eval_samples >= 0, "trainer.eval_samples", "must be >= 0")
+        _check(self.eval_limit >= 1, "trainer.eval_limit", "must be >= 1")
         _check(self.eval_samples > 0 or self.eval_greedy, "trainer.eval_greedy",
                "must be true when trainer.eval_samples is 0 (nothing to evaluate)")
 

@@ -47,6 +47,21 @@ def is_file_source(source: str) -> bool:
     return str(source).endswith((".jsonl", ".json", ".parquet"))
 
 
+def benchmark_prompts(name: str, cfg: DataConfig, tokenizer, limit: int | None = None) -> list[Prompt]:
+    """Prompts of benchmark `name` (an `evaluation` loader name): the papers' prompts (Parallel-R1's
+    own, Parason's format rules, plain for a serial run) through the model's chat template when it has
+    one; `meta["benchmark"]` names it. Unknown names and missing files raise, naming them."""
+    from evaluation import build_prompt, load_benchmark
+    from evaluation.prompts import render_prompt
+
+    style = "plain" if cfg.trace == "serial" else "paper"
+    probs = load_benchmark(name, limit=limit)
+    texts = [render_prompt(tokenizer, build_prompt(p.question, style, cfg.spec)) for p in probs]
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return [Prompt(uid=p.uid, text=t, token_ids=i, ground_truth=p.answer, meta={**p.meta, "benchmark": name})
+            for p, t, i in zip(probs, texts, ids)]
+
+
 def _named_set(source: str) -> bool:
     from evaluation.loaders import TRAJECTORY_SETS
 
@@ -110,17 +125,7 @@ class StageStreams:
             return self._file_examples(stage, str(trajectory_file(source)))
         if is_file_source(source):
             return self._file_examples(stage, source)
-        from evaluation import build_prompt, load_benchmark
-        from evaluation.prompts import render_prompt
-
-        # the papers' prompts: Parallel-R1's own, Parason's format rules, plain for a serial run;
-        # through the model's chat template when it has one
-        style = "plain" if self.cfg.trace == "serial" else "paper"
-        probs = load_benchmark(source)
-        texts = [render_prompt(self.tokenizer, build_prompt(p.question, style, self.cfg.spec)) for p in probs]
-        ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-        return [Prompt(uid=p.uid, text=t, token_ids=i, ground_truth=p.answer, meta=dict(p.meta))
-                for p, t, i in zip(probs, texts, ids)]
+        return benchmark_prompts(source, self.cfg, self.tokenizer)
 
     def _file_examples(self, stage, path: str) -> list:
         import json

@@ -33,7 +33,8 @@ _LEGEND = ("acc: mean@{k} at the rollout temperature; greedy: one greedy sample;
 
 def in_table(key: str) -> bool:
     """Headline metrics go to summary.json; the per-benchmark breakdown stays in W&B and metrics.jsonl."""
-    return not key.startswith(("eval/heldout/", "eval/overall/"))
+    nested = key.startswith("eval/") and key.count("/") >= 2 and not key.startswith("eval/parallel/")
+    return not nested  # eval/<benchmark>/..., eval/overall/...
 
 
 def _columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:

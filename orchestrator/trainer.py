@@ -27,7 +27,7 @@ from orchestrator.checkpoint import (
     save_checkpoint,
     truncate_metrics,
 )
-from orchestrator.data import StageStreams, load_problems, to_prompts, tokenizer_corpus
+from orchestrator.data import StageStreams, benchmark_prompts, load_problems, to_prompts, tokenizer_corpus
 from orchestrator.logger import Logger, Timer
 from orchestrator.setup import Groups, build_groups, start_cluster
 from orchestrator.stage_table import format_table, in_table
@@ -125,6 +125,7 @@ class Trainer:
         for s in self.curriculum.stages:
             if s.steps:
                 self.data.check(s, self._batch_size(s))
+        self.eval_prompts = self._eval_prompts()  # a missing benchmark fails here, before Ray
         start_cluster(cfg.cluster)
         self.groups: Groups = build_groups(cfg, self.model_path, self.run_dir.name)
         self.stage_table: list[dict[str, Any]] = []
@@ -204,6 +205,20 @@ class Trainer:
                 stats = _mean_dicts(ray.get(g.learner.async_sft_step(batch, lr, wd)))
         return {**stats, **t.times}
 
+    def _eval_prompts(self) -> list[Prompt]:
+        """The held-out prompts: the toy test split, or `trainer.eval_data`'s benchmarks (first
+        `trainer.eval_limit` problems of each)."""
+        names = [b.strip() for b in (self.cfg.trainer.eval_data or "").split(",") if b.strip()]
+        if not names:
+            return to_prompts(self.test, self.tokenizer)
+        out: list[Prompt] = []
+        for name in names:
+            try:
+                out += benchmark_prompts(name, self.cfg.data, self.tokenizer, self.cfg.trainer.eval_limit)
+            except (ValueError, FileNotFoundError) as e:
+                raise ValueError(f"trainer.eval_data: {name!r}: {e}") from None
+        return out
+
     # ---- helpers ----------------------------------------------------------------------------
     def _generate_and_score(self, prompts: list[Prompt], n: int, seed: int, stage: Stage, step: int,
                             t: Timer, greedy: bool = False):
@@ -245,7 +260,7 @@ class Trainer:
         from evaluation import evaluate_outputs, flatten_metrics
 
         tcfg = self.cfg.trainer
-        prompts = to_prompts(self.test, self.tokenizer)
+        prompts = self.eval_prompts
         by_uid = {p.uid: p for p in prompts}
         stage = Stage("eval", "rl", 1, reward="accuracy")
         table: dict[str, float] = {}
@@ -256,19 +271,20 @@ class Trainer:
         if k:
             trajs, scored = self._generate_and_score(prompts, k, EVAL_SEED, stage, 0, Timer())
         correct = [c for group in scored.correct for c in group]
-        samples = [{"uid": x.uid, "benchmark": "heldout", "text": x.text, "answer": by_uid[x.uid].ground_truth,
+        samples = [{"uid": x.uid, "benchmark": by_uid[x.uid].meta.get("benchmark", "heldout"), "text": x.text,
+                    "answer": by_uid[x.uid].ground_truth,
                     "difficulty": by_uid[x.uid].meta.get("difficulty"), "correct": c}
                    for x, c in zip(trajs, correct)]
         detail = flatten_metrics(evaluate_outputs(samples, self.fmt, k or 1, budgets=tcfg.eval_budgets))
         table["eval/acc"] = mean(correct)
-        table["eval/answered"] = detail["eval/heldout/answered"]
+        table["eval/answered"] = detail["eval/overall/answered"]  # over every benchmark's samples
         if k:
-            table[f"eval/pass@{k}"] = detail[f"eval/heldout/pass@{k}"]
+            table[f"eval/pass@{k}"] = detail[f"eval/overall/pass@{k}"]
         else:
             table.pop("eval/acc_greedy")  # greedy only: it is eval/acc
         table |= trajectory_stats(trajs, self.fmt, "eval/parallel", correct)
-        table |= {f"eval/acc@{b}": detail[f"eval/heldout/acc@{b}"] for b in tcfg.eval_budgets
-                  if f"eval/heldout/acc@{b}" in detail}
+        table |= {f"eval/acc@{b}": detail[f"eval/overall/acc@{b}"] for b in tcfg.eval_budgets
+                  if f"eval/overall/acc@{b}" in detail}
         return table | {k: v for k, v in detail.items() if k not in table}
 
     def _end_stage(self, stage: Stage) -> None:

@@ -68,3 +68,28 @@ def test_stages_on_one_pool_draw_different_prompt_orders():
     assert first_a != [p.uid for p in streams.next(b, 8)]
     again = StageStreams(DataConfig(), train, build_tokenizer([p.prompt for p in train]), seed=0)
     assert [p.uid for p in again.next(a, 8)] == first_a  # deterministic per (seed, stage)
+
+
+def test_benchmark_prompts_are_the_papers_prompt_in_the_chat_template(lm):
+    from contract.config import DataConfig
+    from orchestrator.data import benchmark_prompts
+
+    _, tok = lm
+    prompts = benchmark_prompts("gsm8k", DataConfig(), tok, limit=3)
+    assert [p.meta["benchmark"] for p in prompts] == ["gsm8k"] * 3
+    assert all(p.text.startswith("Solve the following problem step by step.") for p in prompts)  # no template
+    assert prompts[0].ground_truth == "18"  # GSM8K test 1: Janet's ducks, the number after ####
+
+    class Chat:  # a tokenizer with a chat template wraps the same prompt as a user turn
+        chat_template = "x"
+
+        def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+            return f"<user>{messages[-1]['content']}</user><assistant>"
+
+        def __call__(self, texts, add_special_tokens):
+            return {"input_ids": [[1]] * len(texts)}
+
+    (p,) = benchmark_prompts("gsm8k", DataConfig(), Chat(), limit=1)
+    assert p.text == f"<user>{prompts[0].text}</user><assistant>"
+    with pytest.raises(ValueError, match="unknown benchmark 'gsm9k'"):
+        benchmark_prompts("gsm9k", DataConfig(), tok)

@@ -167,3 +167,12 @@ def test_format_options_compose_from_the_command_line():
         _compose("data.format_options.outline=x")
     with pytest.raises(ValueError, match="data.format_options: summary_accept"):  # placement not read back
         validate(_compose("data.format_options.summary_accept=[inside]"))
+
+
+@pytest.mark.parametrize("name", ["paper/parallel_r1_unseen_s1", "paper/parallel_r1_unseen_s2",
+                                  "paper/parallel_r1_scaffold"])
+def test_paper_unseen_configs_train_the_structured_model(name):
+    cfg = validate(_compose(f"+experiment={name}"))
+    assert (cfg.learner.layout, cfg.rollout.executor.mode) == ("structured", "executed")
+    seen = validate(_compose("+experiment=paper/parallel_r1_seen"))
+    assert (seen.learner.layout, seen.rollout.executor.mode) == ("causal", "off")  # Seen: the causal model

@@ -325,9 +325,9 @@ class TrainerConfig:
     eval_budgets: list[int] = field(default_factory=lambda: [8, 12, 16, 32])
     # Also evaluate on the held-out set every N steps (0: only after each stage).
     eval_every: int = 0
-    # The held-out set: the toy world's test split (null), or benchmarks by loader name, comma-separated
-    # (gsm8k, math500, aime24, aime25, amc23), each its first `eval_limit` problems, in the run's prompt.
-    eval_data: str | None = None
+    # The held-out set: the toy world's test split (empty), or benchmarks by loader name
+    # ([gsm8k, math500, aime24, aime25, amc23]), each its first `eval_limit` problems, in the run's prompt.
+    eval_data: list[str] = field(default_factory=list)
     eval_limit: int = 64
     # Save a checkpoint every N steps (0: only at the end of each stage).
     save_every: int = 0

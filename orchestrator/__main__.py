@@ -34,9 +34,13 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as e:
         print(f"parallax: config error: {e}", file=sys.stderr)
         sys.exit(2)
-    from orchestrator.trainer import run
+    from orchestrator.trainer import SetupError, run
 
-    run(typed)
+    try:
+        run(typed)
+    except SetupError as e:  # a model, dataset, field or file that is not there: nothing started
+        print(f"parallax: setup error: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

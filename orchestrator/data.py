@@ -111,7 +111,11 @@ class StageStreams:
             raise ValueError(f"stage {stage.name!r}: SFT needs teacher traces; data {source!r} has none "
                              "(use toyworld, a trajectories file (.jsonl/.json/.parquet), or build "
                              "Parallel-GSM8K with `python -m evaluation build-gsm8k`)")
-        items = self._items(stage)
+        try:
+            items = self._items(stage)
+        except (ValueError, FileNotFoundError) as e:
+            key = f"curriculum.stages.{stage.name}.data" if stage.data else "data.source"
+            raise ValueError(f"{key}={source!r}: {e}") from None
         if len(items) < batch_size:
             raise ValueError(f"stage {stage.name!r}: batch {batch_size} > {len(items)} items of {source!r}")
 

@@ -102,30 +102,19 @@ def trajectory_stats(trajs: list[Trajectory], fmt: str, prefix: str,
 EVAL_SEED = 1_000_003
 
 
+class SetupError(Exception):
+    """The run cannot start: a model, dataset, field or file that is not there. Raised before Ray starts."""
+
+
 class Trainer:
     def __init__(self, cfg: ParallaxConfig):
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.fmt = cfg.data.spec  # the format with its options (formats.FormatSpec)
-        train, self.test = load_problems(cfg.data)
-        self.train = train
-        self.model_path = prepare_model(cfg, self.run_dir)
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.curriculum: Curriculum = cfg.curriculum.build(cfg.reward)
-        # how trajectories and teacher traces become learner rows, chosen once (layouts/)
-        self.layout: Layout = get_layout(cfg.learner.layout, reprefill=cfg.rollout.dispatch == "requests")
-        from transformers import AutoConfig
-
-        context = getattr(AutoConfig.from_pretrained(self.model_path), "max_position_embeddings", None)
-        self.data = StageStreams(cfg.data, train, self.tokenizer, cfg.trainer.seed, run_dir=self.run_dir,
-                                 max_tokens=context, max_new_tokens=cfg.rollout.max_new_tokens)
-        for s in self.curriculum.stages:
-            if s.steps:
-                self.data.check(s, self._batch_size(s))
-        self.eval_prompts = self._eval_prompts()  # a missing benchmark fails here, before Ray
+        try:
+            self._prepare(cfg)
+        except (ValueError, FileNotFoundError, RuntimeError) as e:
+            raise SetupError(str(e)) from e
         start_cluster(cfg.cluster)
         self.groups: Groups = build_groups(cfg, self.model_path, self.run_dir.name)
         self.stage_table: list[dict[str, Any]] = []
@@ -205,10 +194,32 @@ class Trainer:
                 stats = _mean_dicts(ray.get(g.learner.async_sft_step(batch, lr, wd)))
         return {**stats, **t.times}
 
+    def _prepare(self, cfg: ParallaxConfig) -> None:
+        """What can fail on the user's input -- model, data, fields, files -- all before Ray starts."""
+        self.fmt = cfg.data.spec  # the format with its options (formats.FormatSpec)
+        train, self.test = load_problems(cfg.data)
+        self.train = train
+        self.model_path = prepare_model(cfg, self.run_dir)
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.curriculum: Curriculum = cfg.curriculum.build(cfg.reward)
+        # how trajectories and teacher traces become learner rows, chosen once (layouts/)
+        self.layout: Layout = get_layout(cfg.learner.layout, reprefill=cfg.rollout.dispatch == "requests")
+        from transformers import AutoConfig
+
+        context = getattr(AutoConfig.from_pretrained(self.model_path), "max_position_embeddings", None)
+        self.data = StageStreams(cfg.data, train, self.tokenizer, cfg.trainer.seed, run_dir=self.run_dir,
+                                 max_tokens=context, max_new_tokens=cfg.rollout.max_new_tokens)
+        for s in self.curriculum.stages:
+            if s.steps:
+                self.data.check(s, self._batch_size(s))
+        self.eval_prompts = self._eval_prompts()  # a missing benchmark fails here, before Ray
+
     def _eval_prompts(self) -> list[Prompt]:
         """The held-out prompts: the toy test split, or `trainer.eval_data`'s benchmarks (first
         `trainer.eval_limit` problems of each)."""
-        names = [b.strip() for b in (self.cfg.trainer.eval_data or "").split(",") if b.strip()]
+        names = list(self.cfg.trainer.eval_data or [])
         if not names:
             return to_prompts(self.test, self.tokenizer)
         out: list[Prompt] = []

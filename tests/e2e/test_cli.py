@@ -157,3 +157,17 @@ def test_a_real_pretrained_model_trains_on_real_data(tmp_path):
     assert (report["kept"], report["by_code"]) == (170, {"malformed": 1})
     evals = [m for m in metrics if "eval/gsm8k/mean@1" in m]  # held out: 4 GSM8K test problems
     assert len(evals) == 3 and all(m["eval/gsm8k/n_problems"] == 4 for m in evals)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("model.path=/nonexistent/model", "model.path='/nonexistent/model': no such model directory"),
+    ("curriculum.stages.rl.data=/nonexistent/prompts.jsonl", "curriculum.stages.rl.data='/nonexistent/prompts.jsonl'"),
+    ("curriculum.stages.rl.data=gsm9k", "curriculum.stages.rl.data='gsm9k': unknown benchmark 'gsm9k'"),
+    ("trainer.eval_data=[gsm8k,amc24]", "trainer.eval_data: 'amc24': unknown benchmark"),
+])
+def test_a_missing_model_or_dataset_is_a_setup_error_before_ray(tmp_path, override, message):
+    cmd = [sys.executable, "-m", "orchestrator", "+experiment=smoke", f"hydra.run.dir={tmp_path}", override]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "parallax: setup error: " + message in out.stderr, out.stderr[-2000:]
+    assert "Started a local Ray instance" not in out.stdout + out.stderr and "Traceback" not in out.stderr

@@ -11,7 +11,9 @@ from contract.config import ConfigError, register_configs, validate
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 PAPER = sorted(p.stem for p in (CONF / "experiment" / "paper").glob("*.yaml"))
-CPU = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+# experiments on a real pretrained model and real data (the others: the tiny model on the toy world)
+REAL = ["smollm2_gsm8k"]
+CPU = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem not in REAL)
 ISSUE_EXPERIMENTS = ["grpo_baseline", "parallel_r1_scaffold", "parallel_r1_seen", "parallel_r1_seen_no_stage1",
                      "parallel_r1_unseen_s1", "parallel_r1_unseen_s2", "parason_pa_grpo", "parason_sft"]
 register_configs()
@@ -79,6 +81,15 @@ def test_cpu_scale_composes_and_is_small(name):
         paper_cur = paper.curriculum.build(paper.reward)
         assert [(s.name, s.kind, s.reward) for s in cur.stages] == [(s.name, s.kind, s.reward) for s in paper_cur.stages]
         assert [s.reward_names() for s in cur.stages] == [s.reward_names() for s in paper_cur.stages]
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_real_model_experiments_compose_on_cpu(name):
+    cfg = _compose(f"+experiment={name}")
+    cur = cfg.curriculum.build(cfg.reward)
+    assert cfg.model.package == "smollm2_135m" and cfg.rollout.engine == "hf"
+    assert [s.data for s in cur.stages] == ["parallel_gsm8k", "gsm8k_train"]  # real data in every stage
+    assert cfg.learner.sft_lr <= 1e-4 and cfg.learner.lr <= 1e-4  # rates a pretrained model survives
 
 
 def test_parason_reward_numbers_and_sweep_overrides():

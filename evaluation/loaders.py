@@ -79,8 +79,12 @@ BENCHMARKS: dict[str, BenchmarkInfo] = {
 #: Named teacher-trajectory sets for SFT stages (`stage.data: parallel_gsm8k`), under the data
 #: directory. On these machines Parallel-GSM8K is the 171-row sample of the public cold-start set (verl's
 #: parquet schema); a full copy (or `python -m evaluation build-gsm8k` output) goes in by path.
+#: `parason_traces` stands in for the Parason release's SFT traces, which are not on these machines: the
+#: Parallel-GSM8K sample converted (`evaluation.annotate.convert`: each path a `<Trial>`, its first sentence
+#: the outline entry, the summary opening the main chain after the block), with thread headers.
 TRAJECTORY_SETS: dict[str, str] = {
     "parallel_gsm8k": "parallel_r1/gsm8k_parallel_sft_sample.parquet",
+    "parason_traces": "parallel_r1/gsm8k_parallel_sft_sample.parquet",
 }
 
 
@@ -90,7 +94,38 @@ def trajectory_file(name: str, data_dir_: str | os.PathLike | None = None) -> Pa
     if not path.is_file():
         raise FileNotFoundError(f"trajectory set {name!r}: {path} not found (set PARALLAX_DATA_DIR, or give "
                                 "the stage's data as a file path)")
+    if name == "parason_traces":
+        return _parason_from_r1(path)
     return path
+
+
+def _parason_from_r1(src: Path) -> Path:
+    """`src`'s Parallel-R1 rows as Parason rows (JSONL beside the model cache, rebuilt when `src` changes)."""
+    import hashlib
+
+    from datafiles import read_rows
+    from evaluation.annotate import convert
+    from formats import parse, render, with_thread_headers
+
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
+    root = Path(os.environ.get("PARALLAX_DATA_CACHE", Path.home() / ".cache" / "parallax" / "data"))
+    out = root / f"parason_traces-{digest}.jsonl"
+    if out.is_file():
+        return out
+    rows = []
+    for row in read_rows(src):
+        obj = dict(row.data or {})
+        try:
+            text = convert(obj.get("output", ""), "parallel_r1", "parason")
+            obj["output"] = render(with_thread_headers(parse(text, "parason").tree), "parason")
+        except ValueError:
+            pass  # not convertible: kept as it is, the SFT loader reports it by its line
+        rows.append(obj)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows))
+    os.replace(tmp, out)
+    return out
 
 
 def data_dir(path: str | os.PathLike | None = None) -> Path:

@@ -176,3 +176,24 @@ def test_paper_unseen_configs_train_the_structured_model(name):
     assert (cfg.learner.layout, cfg.rollout.executor.mode) == ("structured", "executed")
     seen = validate(_compose("+experiment=paper/parallel_r1_seen"))
     assert (seen.learner.layout, seen.rollout.executor.mode) == ("causal", "off")  # Seen: the causal model
+
+
+def test_mini_scale_shrinks_a_paper_experiment_and_keeps_its_shape():
+    paper = validate(_compose("+experiment=paper/parallel_r1_scaffold"))
+    mini = validate(_compose("+experiment=paper/parallel_r1_scaffold", "+scale=mini"))
+    assert (mini.model.package, mini.rollout.engine, mini.learner.layout) == ("smollm2_135m", "hf", "structured")
+    p, m = paper.curriculum.stages["dapo"], mini.curriculum.stages["dapo"]
+    assert (p.steps, m.steps) == (300, 2) and (p.batch_size, m.batch_size) == (512, 2)
+    assert (p.rollout_n, m.rollout_n) == (8, 2)
+    # the scaffold switch and the S2 window shrink by the same factor (at least 1 step each)
+    assert [ph.steps for ph in p.schedule] == [200, None] and [ph.steps for ph in m.schedule] == [1, None]
+    assert [[c.reward for c in ph.cycle] for ph in m.schedule] == [[c.reward for c in ph.cycle] for ph in p.schedule]
+    assert [c.steps for c in m.schedule[0].cycle] == [1, 1]
+    assert mini.curriculum.stages["sft"].lr == paper.curriculum.stages["sft"].lr == 1.0e-5  # the paper's own
+
+
+def test_scale_needs_explicit_stages():
+    from contract.config import ConfigError, CurriculumConfig, ParallaxConfig, ScaleConfig
+
+    with pytest.raises(ConfigError, match="scale: a scaled run needs the curriculum's stages"):
+        ParallaxConfig(curriculum=CurriculumConfig(name="sft_then_rl", stages={}), scale=ScaleConfig(max_stage_steps=2))

@@ -56,8 +56,27 @@ from formats.grammar import GrammarChecker, compile_grammar, ebnf
 from formats.headers import THREAD_HEADER_SEP, thread_header, with_thread_headers
 from formats.metrics import METRIC_FIELDS, Metrics, compute_metrics, text_stats
 from formats.parser import STATUSES, ParseError, ParseResult, answer_text, final_segment, parse, render
-from formats.spec import ALL_SPECIAL_TOKENS, FORMAT_NAMES, PARALLEL_R1, PARASON, PLACEMENTS, FormatSpec, get_spec
-from formats.tree import BRANCH_KINDS, OUTLINE, PATH, SUBTASK, TRIAL, Block, Branch, Tree, canonical_nodes, is_written
+from formats.spec import (
+    ALL_SPECIAL_TOKENS,
+    FORMAT_NAMES,
+    PARALLEL_R1,
+    PARASON,
+    PLACEMENTS,
+    FormatSpec,
+    get_spec,
+)
+from formats.tree import (
+    BRANCH_KINDS,
+    OUTLINE,
+    PATH,
+    SUBTASK,
+    TRIAL,
+    Block,
+    Branch,
+    Tree,
+    canonical_nodes,
+    is_written,
+)
 
 __all__ = [
     "ALL_SPECIAL_TOKENS",

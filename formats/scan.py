@@ -46,8 +46,20 @@ _ENTRY_KIND = {_SUB_O: SUBTASK, _TRI_O: TRIAL, _OLN_O: OUTLINE}
 class _Compiled:
     """Per-spec tables: tag string <-> code, and the tags for the split (longest first)."""
 
-    __slots__ = ("closers", "codes", "entry_tags", "inside", "after", "mark_after", "mark_inside", "parason",
-                 "spec", "split", "tag_tuple", "tags")
+    __slots__ = (
+        "after",
+        "closers",
+        "codes",
+        "entry_tags",
+        "inside",
+        "mark_after",
+        "mark_inside",
+        "parason",
+        "spec",
+        "split",
+        "tag_tuple",
+        "tags",
+    )
 
     def __init__(self, spec: FormatSpec):
         self.spec = spec

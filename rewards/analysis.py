@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from formats.spec import resolve_spec
 from formats.metrics import compute_metrics
 from formats.parser import answer_text, parse
+from formats.spec import resolve_spec
 from rewards.extract import extract_answer
 from rewards.pool import Outcome, TimeoutPool
 from rewards.types import Sample, TrajStats

@@ -33,10 +33,10 @@ from datafiles import (
     read_rows,
     text_of,
 )
+from formats.spec import FORMAT_NAMES, FORMAT_OPTIONS, PLACEMENTS
 from rewards.analysis import analyze_group
 from rewards.api import analysis_options, score_samples
 from rewards.pool import TimeoutPool
-from formats.spec import FORMAT_NAMES, FORMAT_OPTIONS, PLACEMENTS
 from rewards.registry import get_reward, make_params, reward_names
 from rewards.types import RewardContext
 from rewards.verify import slow_verify

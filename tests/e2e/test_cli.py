@@ -116,7 +116,6 @@ def test_stages_on_a_trajectories_file_report_their_bad_rows(tmp_path):
 def test_rows_past_the_models_context_are_bad_rows(tmp_path):
     """The same file with the tiny model's own 1,024-token context: every real row is too long, and the
     run stops at setup naming the file and the reason instead of training past the context."""
-    import pyarrow.parquet as pq
 
     sample = ROOT.parent / "shared/data/parallel_r1/gsm8k_parallel_sft_sample.parquet"
     if not sample.is_file():

@@ -57,7 +57,7 @@ def test_inside_placement_run_rewrites_the_public_convention(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps({"question": "6*7?", "trace": GOOD, "answer": "42"}) + "\n")
     spec = get_spec("parallel_r1", summary_placement="inside")
-    (ex,), report = load_trajectories(str(path), spec, "parallel_r1")
+    (ex,), _ = load_trajectories(str(path), spec, "parallel_r1")
     assert ex.traces["parallel_r1"] == ("Q. <Parallel><Path>6*7=42</Path><Path>7*6=42</Path><Summary>both 42"
                                         "</Summary></Parallel>\nFinal Answer: 42")
     assert "6*7?" in ex.prompt and "<Summary>" in ex.prompt  # a bare question gets the parallel prompt

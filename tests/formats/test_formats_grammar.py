@@ -7,7 +7,17 @@ from fmt_strategies import mutate, trees
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from formats import PARALLEL_R1, PARASON, GrammarChecker, compute_metrics, ebnf, get_spec, is_written, parse, render
+from formats import (
+    PARALLEL_R1,
+    PARASON,
+    GrammarChecker,
+    compute_metrics,
+    ebnf,
+    get_spec,
+    is_written,
+    parse,
+    render,
+)
 
 xgr = pytest.importorskip("xgrammar")
 
@@ -90,10 +100,10 @@ def test_hand_cases_agree(checkers, text, fmt, ok):
 # The parser reads more than the grammar writes: the other summary placement, the release aliases.
 READ_NOT_WRITTEN = [
     ("<Parallel><Path>a</Path><Path>b</Path><Summary>s</Summary></Parallel> F", "parallel_r1"),
-    ("<Parallel><Outlines><Outline>1: a</Outline><Outline>2: b</Outline></Outlines>"
-     "<Thread>x</Thread><Thread>y</Thread><Conclusion>c</Conclusion></Parallel>", "parason"),
-    ("<Parallel><Outlines><Subtask>a</Subtask><Trial>b</Trial></Outlines>"
-     "<Thread>x</Thread><Thread>y</Thread></Parallel>\n<Conclusion>c</Conclusion>", "parason"),
+    (("<Parallel><Outlines><Outline>1: a</Outline><Outline>2: b</Outline></Outlines>"
+      "<Thread>x</Thread><Thread>y</Thread><Conclusion>c</Conclusion></Parallel>"), "parason"),
+    (("<Parallel><Outlines><Subtask>a</Subtask><Trial>b</Trial></Outlines>"
+      "<Thread>x</Thread><Thread>y</Thread></Parallel>\n<Conclusion>c</Conclusion>"), "parason"),
 ]  # fmt: skip
 
 

@@ -165,8 +165,8 @@ ERRORS = [
     ("<Parallel><Path>a</Path><Path>b</Path></Parallel>", "parallel_r1", "unclosed_block", "unclosed_block", 49, 8),
     ("<Parallel><Path>a</Path><Path>b</Path></Parallel>\n<Summ", "parallel_r1", "unclosed_block", "unclosed_block", 55, 9),
     ("<Parallel><Path>a</Path><Path>b</Path></Parallel><Summary>s", "parallel_r1", "truncated_in_branch", "truncated_in_branch", 59, 10),
-    ("<Parallel><Outlines><Trial>a</Trial><Trial>b</Trial></Outlines><Thread>x</Thread><Thread>y</Thread></Parallel>"
-     "<Conclusion>c", "parason", "truncated_in_branch", "truncated_in_branch", 123, 18),
+    (("<Parallel><Outlines><Trial>a</Trial><Trial>b</Trial></Outlines><Thread>x</Thread><Thread>y</Thread></Parallel>"
+      "<Conclusion>c"), "parason", "truncated_in_branch", "truncated_in_branch", 123, 18),
     ("<Parallel><Outlines><Trial>a</Trial><Trial>b</Trial></Outlines><Thread>x</Thread>", "parason", "unclosed_block", "unclosed_block", 81, 12),
 ]  # fmt: skip
 

@@ -5,7 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from formats import OUTLINE, SUBTASK, Block, Branch, Tree, answer_text, compute_metrics, get_spec, parse, render
+from formats import (
+    OUTLINE,
+    SUBTASK,
+    Block,
+    Branch,
+    Tree,
+    answer_text,
+    compute_metrics,
+    get_spec,
+    parse,
+    render,
+)
 
 AFTER = "a <Parallel><Path>x y</Path><Path>z</Path></Parallel> <Summary>s t</Summary> #### 3"
 INSIDE = "a <Parallel><Path>x y</Path><Path>z</Path><Summary>s t</Summary> </Parallel> #### 3"

@@ -96,9 +96,10 @@ class LoadReport:
 
 def writable_tree(tree, spec):
     """`tree` as the executor writes it in `spec`: placements cleared, gaps dropped, `<Outline>`
-    entries given `spec.outline_kind`. ValueError for what it never writes (a `<Conclusion>`, an
-    untyped entry)."""
-    from formats import OUTLINE, Block, Branch, Tree
+    entries given `spec.outline_kind`, every Parason thread opening with its header (the executor
+    forces it; `formats.with_thread_headers`). ValueError for what it never writes (a `<Conclusion>`,
+    an untyped entry)."""
+    from formats import OUTLINE, Block, Branch, Tree, with_thread_headers
 
     def nodes(seq):
         return tuple(block(n) if isinstance(n, Block) else n for n in seq)
@@ -116,7 +117,8 @@ def writable_tree(tree, spec):
             branches.append(Branch(kind, nodes(br.body) if spec.is_parason else br.body, br.outline))
         return replace(b, branches=tuple(branches), gaps=(), placement=None)
 
-    return Tree(nodes(tree.nodes))
+    out = Tree(nodes(tree.nodes))
+    return with_thread_headers(out) if spec.is_parason else out
 
 
 def _prompt(obj: dict, prompt_field: str | None, spec, tokenizer) -> str | None:

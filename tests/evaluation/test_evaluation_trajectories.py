@@ -121,3 +121,25 @@ def test_the_paper_prompt_is_the_real_datas_prompt():
         assert build_prompt(real.split("Problem: ", 1)[1], "paper", "parallel_r1") == real
     inside = build_prompt("1+1?", "paper", get_spec("parallel_r1", summary_placement="inside"))
     assert "Immediately after" not in inside and "After the last path, write a concise summary" in inside
+
+
+def test_parason_threads_get_the_header_the_executor_forces(tmp_path):
+    from formats import thread_header
+
+    plain = ("<Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>"
+             "<Thread>12</Thread><Thread>30</Thread></Parallel> 12+30=42 #### 42")
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"prompt": "p", "text": plain, "answer": "42"}) + "\n")
+    (ex,), report = load_trajectories(str(path), "parason", "parason")
+    text = ex.traces["parason"]
+    assert f"<Thread>{thread_header('3*4')}12</Thread>" in text and report.normalized == 1
+    from layouts.teacher import teacher_record  # the structured SFT layout accepts it
+
+    class Tok:  # one token per character, offsets included
+        eos_token_id = 0
+
+        def __call__(self, s, add_special_tokens=False, return_offsets_mapping=False):
+            return {"input_ids": [1] * len(s), "offset_mapping": [(i, i + 1) for i in range(len(s))]}
+
+    ids, rec = teacher_record([5], text, "parason", Tok(), mode="sequential")
+    assert len(ids) == len(text) + 1 and not all(rec.sampled)  # the forced header is marked unsampled

@@ -154,8 +154,10 @@ def test_a_real_pretrained_model_trains_on_real_data(tmp_path):
     assert len(rl) == 1 and rl[0]["response/length"] > 0
     report = json.loads((run_dir / "data_sft.json").read_text())
     assert (report["kept"], report["by_code"]) == (170, {"malformed": 1})
-    evals = [m for m in metrics if "eval/gsm8k/mean@1" in m]  # held out: 4 GSM8K test problems
-    assert len(evals) == 3 and all(m["eval/gsm8k/n_problems"] == 4 for m in evals)
+    evals = [m for m in metrics if "eval/gsm8k/mean@1" in m]  # held out: 4 GSM8K test problems, after each stage
+    assert len(evals) == 2 and all(m["eval/gsm8k/n_problems"] == 4 for m in evals)
+    stages = json.loads((run_dir / "summary.json").read_text())["stages"]
+    assert [r["stage"] for r in stages] == ["init", "sft", "rl"]  # and before training, in the table
 
 
 @pytest.mark.parametrize("override,message", [

@@ -12,23 +12,20 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from contract.curriculum import (  # noqa: F401 -- the schemas stay importable from here
+    CurriculumConfig,
+    PhaseConfig,
+    PredicateConfig,
+    SlotConfig,
+    StageConfig,
+)
+from contract.errors import MISSING, ConfigError, _check, _check_reward  # noqa: F401
+from contract.scale import ScaleConfig, apply_scale
 from tinylm import TinyModelConfig
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-# OmegaConf's marker of a required value (omegaconf.MISSING), spelled out so that the schemas import
-# without Hydra: the executors read their slice of it on machines that have only torch.
-MISSING = "???"
-
-
-class ConfigError(ValueError):
-    """A config value is invalid; the message names the key."""
-
-
-def _check(cond: bool, key: str, msg: str) -> None:
-    if not cond:
-        raise ConfigError(f"{key}: {msg}")
 
 
 @dataclass
@@ -229,16 +226,6 @@ class RewardConfig:
 REWARD_SHORTCUTS = ("alpha", "beta_sub", "beta_trial", "rho", "rho_clip")
 
 
-def _check_reward(key: str, name: str, params: dict[str, Any]) -> None:
-    """Unknown reward names and parameters fail at composition, before Ray starts."""
-    from rewards import make_params
-
-    try:
-        make_params(name, params)
-    except (KeyError, ValueError) as e:
-        raise ConfigError(f"{key}: {e}") from None
-
-
 @dataclass
 class LearnerConfig:
     # Data-parallel learner actors (DeepSpeed world size).
@@ -379,157 +366,6 @@ class LoggingConfig:
 
 
 @dataclass
-class SlotConfig:
-    # One entry of a reward cycle: this reward (registry name) for `steps` consecutive steps.
-    reward: str = MISSING
-    params: dict[str, Any] = field(default_factory=dict)
-    steps: int = 1
-
-
-@dataclass
-class PhaseConfig:
-    # Phase length in stage steps; null: until the stage ends (last phase only).
-    steps: int | None = None
-    # Rewards repeated in order through the phase (window = sum of slot steps).
-    cycle: list[SlotConfig] = field(default_factory=list)
-
-
-@dataclass
-class PredicateConfig:
-    # End the stage early when `metric op value` holds for `patience` consecutive steps.
-    metric: str = MISSING
-    op: str = ">="
-    value: float = MISSING
-    min_steps: int = 0
-    patience: int = 1
-
-
-@dataclass
-class StageConfig:
-    # sft | rl
-    kind: str = "rl"
-    # Step budget (0 skips the stage).
-    steps: int = 0
-    # Reward registry name and params; null (and no schedule): the run's `reward` config.
-    reward: str | None = None
-    reward_params: dict[str, Any] = field(default_factory=dict)
-    # Reward schedule over the stage's steps (S2 alternation, scaffold switch); excludes `reward`.
-    schedule: list[PhaseConfig] = field(default_factory=list)
-    # Data source by loader name (toyworld, gsm8k_train, dapo_math_17k, parallel_gsm8k), or for an SFT
-    # stage a trajectories file (.jsonl/.json/.parquet: builder output, verl SFT parquet); null: `data`.
-    data: str | None = None
-    # Early ends: after `epochs` of the stage's data (metric data/epoch), or a metric predicate.
-    epochs: float | None = None
-    until: list[PredicateConfig] = field(default_factory=list)
-    # Per-stage hyperparameters; null: trainer.* / learner.* / rollout.* of the run.
-    batch_size: int | None = None
-    rollout_n: int | None = None
-    lr: float | None = None
-    weight_decay: float | None = None
-    warmup_ratio: float | None = None
-    lr_schedule: str | None = None
-
-
-@dataclass
-class CurriculumConfig:
-    # Curriculum by registry name; the state machine owns stage order and reward schedules.
-    # With `stages` given, the name only labels the curriculum (checkpoints compare it).
-    name: str = "sft_then_rl"
-    # Stages in order, keyed by stage name (the one home of step budgets); empty: the registered
-    # builder `name` with its own defaults.
-    stages: dict[str, StageConfig] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        from curricula import curriculum_names
-
-        if not self.stages:
-            _check(self.name in curriculum_names(), "curriculum.name",
-                   f"unknown curriculum {self.name!r}; registered: {curriculum_names()}, or give curriculum.stages")
-            return
-        built = self.build(None)
-        for s in built.stages:
-            for choice in _stage_choices(s):
-                _check_reward(f"curriculum.stages.{s.name}.{'schedule' if s.schedule else 'reward'}",
-                              choice.name, choice.params)
-
-    def build(self, reward: RewardConfig | None):
-        """The curriculum this config describes (a `curricula.Curriculum`).
-
-        RL stages without their own reward use the run's `reward` (name and merged params).
-        """
-        from curricula import build_curriculum, curriculum_from_dict
-
-        default = (reward.name, dict(reward.params)) if reward else None
-        try:
-            if self.stages:
-                plain = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else dict(v)
-                         for k, v in self.stages.items()}
-                return curriculum_from_dict(self.name, plain, default)
-            return build_curriculum(self.name, reward=default[0] if default else None,
-                                    reward_params=default[1] if default else None)
-        except ValueError as e:
-            raise ConfigError(f"curriculum.stages: {e}") from None
-
-
-def _stage_choices(stage):
-    """Every (reward, params) a stage can resolve to: its reward, or each slot of its schedule."""
-    from curricula import RewardChoice
-
-    if stage.schedule:
-        return [RewardChoice(s.reward, s.params) for p in stage.schedule for s in p.cycle]
-    return [RewardChoice(stage.reward, stage.reward_params)] if stage.reward else []
-
-@dataclass
-class ScaleConfig:
-    """The `scale` slice: the same experiment with smaller numbers (`+scale=mini`: every paper experiment
-    on SmolLM2-135M on a CPU). 0 leaves a number as the experiment sets it."""
-
-    name: str = "full"
-    # cap every stage's step budget; its reward-schedule phases and slots shrink in proportion (>= 1 step)
-    max_stage_steps: int = 0
-    # cap prompts per RL step (stage batch_size, trainer.prompts_per_step), SFT examples per step, samples per prompt
-    max_prompts: int = 0
-    max_sft_batch: int = 0
-    max_rollout_n: int = 0
-
-    def __post_init__(self) -> None:
-        for k in ("max_stage_steps", "max_prompts", "max_sft_batch", "max_rollout_n"):
-            _check(getattr(self, k) >= 0, f"scale.{k}", "must be >= 0")
-
-
-def _cap(x, cap: int):
-    return x if not cap or x is None else min(x, cap)
-
-
-def scaled_stage(st: StageConfig, scale: ScaleConfig) -> StageConfig:
-    """`st` under `scale` (pure): steps capped, schedule lengths and predicate minimums shrunk by the
-    same factor (each at least 1), batch sizes and samples capped.
-
-    >>> s = StageConfig(kind="rl", steps=300, schedule=[PhaseConfig(steps=200, cycle=[SlotConfig("accuracy", steps=8),
-    ...     SlotConfig("tiered", steps=2)]), PhaseConfig(cycle=[SlotConfig("accuracy")])], batch_size=512)
-    >>> m = scaled_stage(s, ScaleConfig(max_stage_steps=6, max_prompts=2))
-    >>> m.steps, m.schedule[0].steps, [c.steps for c in m.schedule[0].cycle], m.batch_size
-    (6, 4, [1, 1], 2)
-    """
-    cap = scale.max_stage_steps
-    if not cap or st.steps <= cap:
-        f, steps = 1.0, st.steps
-    else:
-        f, steps = cap / st.steps, cap
-
-    def shrink(n):
-        return n if n is None or f == 1.0 else max(1, round(n * f))
-
-    schedule = [dataclasses.replace(ph, steps=shrink(ph.steps),
-                                    cycle=[dataclasses.replace(sl, steps=shrink(sl.steps)) for sl in ph.cycle])
-                for ph in st.schedule]
-    until = [dataclasses.replace(p, min_steps=shrink(p.min_steps) if p.min_steps else 0) for p in st.until]
-    batch = _cap(st.batch_size, scale.max_sft_batch if st.kind == "sft" else scale.max_prompts)
-    return dataclasses.replace(st, steps=steps, schedule=schedule, until=until, batch_size=batch,
-                               rollout_n=_cap(st.rollout_n, scale.max_rollout_n))
-
-
-@dataclass
 class ParallaxConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -557,20 +393,6 @@ class ParallaxConfig:
             per_step = (s.batch_size or self.trainer.prompts_per_step) * (s.rollout_n or self.rollout.n)
             _check(per_step % self.learner.num_actors == 0, f"curriculum.stages.{s.name}",
                    f"prompts x samples per step = {per_step} must divide by learner.num_actors")
-
-
-def apply_scale(cfg: ParallaxConfig) -> None:
-    """`cfg` with `cfg.scale` applied in place: its stages through :func:`scaled_stage`, the trainer's and
-    rollout's batch numbers capped."""
-    sc = cfg.scale
-    if not (sc.max_stage_steps or sc.max_prompts or sc.max_sft_batch or sc.max_rollout_n):
-        return
-    _check(bool(cfg.curriculum.stages), "scale", "a scaled run needs the curriculum's stages in the config "
-           "(curriculum.stages); the registered curriculum has none to scale")
-    cfg.curriculum.stages = {k: scaled_stage(v, sc) for k, v in cfg.curriculum.stages.items()}
-    cfg.trainer.prompts_per_step = _cap(cfg.trainer.prompts_per_step, sc.max_prompts)
-    cfg.trainer.sft_batch_size = _cap(cfg.trainer.sft_batch_size, sc.max_sft_batch)
-    cfg.rollout.n = _cap(cfg.rollout.n, sc.max_rollout_n)
 
 
 def register_configs() -> None:

@@ -207,6 +207,46 @@ class LearnerWorker:
         with deepspeed.zero.GatheredParameters(params, enabled=self.cfg.zero_stage == 3):
             return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
 
+    def open_sync(self, host: str, port: int, world_size: int, backend: str, timeout_s: float,
+                  bucket_bytes: int) -> list | None:
+        """Join the weight-sync group as its rank 0 (learner rank 0 only; the others gather under ZeRO-3).
+        Returns the bucket plan every receiver follows, in wire form (`engines.collective`)."""
+        from engines.collective import SyncGroup, plan_for, plan_to_wire
+
+        with self._full_weights() as state:
+            if self.rank != 0:
+                return None
+            self._sync_plan = plan_for(state, bucket_bytes)
+        self._sync = SyncGroup(host, port, 0, world_size, backend, timeout_s)
+        return plan_to_wire(self._sync_plan)
+
+    def send_weights(self) -> dict[str, float] | None:
+        """Broadcast the current weights over the sync group (rank 0; every rank joins the ZeRO-3 gather)."""
+        import time
+
+        with self._full_weights() as state:
+            if self.rank != 0:
+                return None
+            t = time.perf_counter()
+            sent = self._sync.send(self._sync_plan, state)
+        return {"sync/bytes": float(sent), "sync/buckets": float(len(self._sync_plan)),
+                "timing/sync_send": time.perf_counter() - t}
+
+    def _full_weights(self):
+        """Context: the module's full state dict, in place (no copy; gathered under ZeRO-3)."""
+        import contextlib
+
+        import deepspeed
+
+        module = self.engine.module
+
+        @contextlib.contextmanager
+        def ctx():
+            with deepspeed.zero.GatheredParameters(list(module.parameters()), enabled=self.cfg.zero_stage == 3):
+                yield module.state_dict()
+
+        return ctx()
+
     def save_pretrained(self, path: str) -> None:
         """Hugging Face checkpoint (rank 0 writes; every rank must call it under ZeRO-3)."""
         sd = self.state_dict()

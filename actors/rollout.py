@@ -22,7 +22,9 @@ class RolloutWorker:
 
         torch.set_num_threads(cfg.torch_threads)
         self.cfg = cfg
-        self.engine = make_engine(cfg.engine, model_path=model_path, dtype=dtype, max_batch_size=cfg.max_batch_size)
+        extra = cfg.vllm.engine_kwargs() if cfg.engine == "vllm" else {}
+        self.engine = make_engine(cfg.engine, model_path=model_path, dtype=dtype, max_batch_size=cfg.max_batch_size,
+                                  **extra)
         self.tokenizer = self.engine.tokenizer
         self.executor = None  # KVExecutor | RequestExecutor; both share the engine's weights
         self.grammar = None  # mode off: the format's EBNF for the engine's structured outputs
@@ -73,8 +75,17 @@ class RolloutWorker:
             for p, c, t in zip(flat, outs, texts)
         ]
 
-    def load_weights(self, state_dict: dict[str, Any]) -> None:
-        self.engine.load_weights(state_dict)
+    def load_weights(self, state_dict: dict[str, Any]) -> int:
+        return self.engine.load_weights(state_dict)
+
+    def sync_ranks(self) -> int:
+        return self.engine.sync_ranks
+
+    def open_sync(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
+        self.engine.open_sync(host, port, rank, world_size, backend, timeout_s)
+
+    def receive_weights(self, plan: list) -> int:
+        return self.engine.receive_weights(plan)
 
     def get_weights(self) -> dict[str, Any]:
         """The engine's current parameters (tests check sync against the learner's)."""

@@ -1,9 +1,15 @@
 """Weight sync from the learners to the rollout engines, after every update.
 
-`ObjectStoreSync` (CPU, any cluster): rank 0's gathered state dict goes into Ray's object
-store once and every rollout actor pulls it from there, never through the driver.
-It is the only weight sync there is: a GPU broadcast over a learner-rollout process group (as
-verl and OpenRLHF do) is an open issue.
+`CollectiveSync` (default): learner rank 0 and every engine worker form one torch.distributed group
+(gloo on CPU, NCCL on GPU: `engines.collective`), opened on the first push; each push is rank 0
+broadcasting its weights in buckets while every engine receives and loads them. The weights never
+pass through the driver or Ray's object store, and no filesystem is shared.
+
+`ObjectStoreSync` (fallback: `rollout.weight_sync.method=object_store`): rank 0's gathered state dict
+goes into Ray's object store once and every rollout actor pulls it from there.
+
+Every push returns its figures (`sync/bytes`, `sync/buckets`), and waits at most
+`rollout.weight_sync.timeout_s`: a rank that never answers fails the run, naming what was awaited.
 """
 
 from __future__ import annotations
@@ -13,20 +19,73 @@ from typing import Protocol
 import ray
 
 from actors.group import LearnerGroup, RolloutGroup
+from contract.engine import WeightSyncConfig
 
 
 class WeightSync(Protocol):
-    def push(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
-        """Make every rollout engine's weights equal the learners' current weights."""
+    def push(self, learners: LearnerGroup, rollouts: RolloutGroup) -> dict[str, float]:
+        """Make every rollout engine's weights equal the learners' current weights; its figures."""
+
+
+def _wait(refs: dict[str, list[ray.ObjectRef]], timeout_s: float, what: str) -> dict[str, list]:
+    """ray.get of every named group of refs, or a TimeoutError naming the ones still running."""
+    flat = [r for rs in refs.values() for r in rs]
+    _, pending = ray.wait(flat, num_returns=len(flat), timeout=timeout_s)
+    if pending:
+        late = sorted({name for name, rs in refs.items() for r in rs if r in pending})
+        raise TimeoutError(f"weight sync ({what}): no answer within {timeout_s:.0f}s from {', '.join(late)} "
+                           "(rollout.weight_sync.timeout_s; a rank that died or cannot reach the others' "
+                           "address; method=object_store avoids the group)")
+    return {name: ray.get(rs) for name, rs in refs.items()}
 
 
 class ObjectStoreSync:
-    def push(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
+    def __init__(self, timeout_s: float = 300.0):
+        self.timeout_s = timeout_s
+
+    def push(self, learners: LearnerGroup, rollouts: RolloutGroup) -> dict[str, float]:
         state_ref = learners.async_state_dict()
-        ray.get(rollouts.async_load_weights(state_ref))
+        got = _wait({"rollout": rollouts.async_load_weights(state_ref)}, self.timeout_s, "object store")
+        return {"sync/bytes": float(got["rollout"][0])}
 
 
-def make_weight_sync(name: str) -> WeightSync:
-    if name == "object_store":
-        return ObjectStoreSync()
-    raise ValueError(f"unknown weight sync {name!r}; valid: object_store")
+class CollectiveSync:
+    def __init__(self, cfg: WeightSyncConfig, host: str, port: int, gpus: bool):
+        self.cfg, self.host, self.port = cfg, host, port
+        self.backend = cfg.backend if cfg.backend != "auto" else ("nccl" if gpus else "gloo")
+        self.plan_ref: ray.ObjectRef | None = None
+
+    def _open(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
+        ranks = _wait({"rollout": rollouts.async_call("sync_ranks")}, self.cfg.timeout_s, "sizing")["rollout"]
+        world = 1 + sum(ranks)
+        args = (self.host, self.port)
+        refs = {"learner": learners.async_call("open_sync", *args, world, self.backend, self.cfg.timeout_s,
+                                               self.cfg.bucket_mb << 20)}
+        first = 1
+        for i, (actor, n) in enumerate(zip(rollouts.actors, ranks)):
+            refs[f"rollout_{i}"] = [actor.open_sync.remote(*args, first, world, self.backend, self.cfg.timeout_s)]
+            first += n
+        got = _wait(refs, self.cfg.timeout_s, f"opening a {self.backend} group of {world} ranks at "
+                                              f"{self.host}:{self.port}")
+        self.plan_ref = ray.put(got["learner"][0])
+
+    def push(self, learners: LearnerGroup, rollouts: RolloutGroup) -> dict[str, float]:
+        if self.plan_ref is None:
+            self._open(learners, rollouts)
+        refs = {"learner": learners.async_call("send_weights")}
+        refs |= {f"rollout_{i}": [a.receive_weights.remote(self.plan_ref)] for i, a in enumerate(rollouts.actors)}
+        got = _wait(refs, self.cfg.timeout_s, "broadcast")
+        stats = dict(got["learner"][0])
+        received = [v for name, vs in got.items() if name != "learner" for v in vs]
+        if any(r != stats["sync/bytes"] for r in received):
+            raise RuntimeError(f"weight sync: learner sent {stats['sync/bytes']:.0f} bytes, engines received {received}")
+        return stats
+
+
+def make_weight_sync(cfg: WeightSyncConfig, host: str = "", port: int = 0, gpus: bool = False) -> WeightSync:
+    """The configured path; `host:port` is where the collective group's store listens (learner rank 0's node)."""
+    if cfg.method == "object_store":
+        return ObjectStoreSync(cfg.timeout_s)
+    if cfg.method == "collective":
+        return CollectiveSync(cfg, host, port, gpus)
+    raise ValueError(f"unknown weight sync {cfg.method!r}; valid: collective, object_store")

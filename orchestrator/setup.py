@@ -44,12 +44,16 @@ def _has_cuda() -> bool:
 
 
 @ray.remote(num_cpus=0)
-def _rendezvous() -> tuple[str, int]:
-    """Runs on rank 0's node: its IP and a free port for torch.distributed."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        port = s.getsockname()[1]
-    return ray.util.get_node_ip_address(), port
+def _rendezvous(n: int = 2) -> tuple[str, list[int]]:
+    """Runs on rank 0's node: its IP and `n` distinct free ports (torch.distributed, the weight-sync group)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("", 0))
+        return ray.util.get_node_ip_address(), [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 @dataclass
@@ -82,10 +86,11 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
         BundleSpec("reward", w.num_actors, w.num_cpus, 0.0),
         BundleSpec("learner", lcfg.num_actors, lcfg.num_cpus, lcfg.num_gpus),
     ], cfg.cluster.placement_strategy, name=f"parallax/{run_name}")
-    sync = make_weight_sync("object_store")
     prefix = f"parallax/{run_name}"
-    addr, port = ray.get(_rendezvous.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-        pg, placement_group_bundle_index=off["learner"])).remote())
+    on_rank0 = _rendezvous.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, placement_group_bundle_index=off["learner"]))
+    addr, (port, sync_port) = ray.get(on_rank0.remote())
+    sync = make_weight_sync(r.weight_sync, addr, sync_port, gpus=bool(r.num_gpus and lcfg.num_gpus))
     learner = LearnerGroup(
         "learner", LearnerWorker, lcfg.num_actors, pg, off["learner"], lcfg.num_cpus, lcfg.num_gpus,
         lambda i: {"cfg": lcfg, "model_path": model_path, "dtype": cfg.model.dtype, "rank": i,

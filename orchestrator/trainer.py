@@ -320,7 +320,8 @@ class Trainer:
         state = {"curriculum": self.curriculum.state_dict(), "wandb_run_id": self.logger.run_id,
                  "global_step": self.curriculum.global_step, "consumed": self.data.consumed,
                  "stage_table": self.stage_table}
-        return save_checkpoint(self.run_dir / "checkpoints", self.curriculum.global_step, write, state)
+        return save_checkpoint(self.run_dir / "checkpoints", self.curriculum.global_step, write, state,
+                               keep=self.cfg.trainer.keep_checkpoints)
 
     def _restore(self, ckpt: Path) -> dict[str, Any]:
         """Continue from a checkpoint: weights, optimizer, curriculum, data position, W&B run.

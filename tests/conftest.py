@@ -11,6 +11,13 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def pytest_configure(config):
+    """Under PARALLAX_REQUIRE_VLLM=1 (CI, the README's vLLM command) a missing vLLM is an error:
+    the vLLM tier must run, never skip."""
+    if os.environ.get("PARALLAX_REQUIRE_VLLM"):
+        import vllm  # noqa: F401
+
+
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory) -> str:
     import toyworld

@@ -53,17 +53,26 @@ def test_groups_are_named_and_placed(ray_cluster, groups):
     assert table["state"] == "CREATED" and len(table["bundles"]) == 3
 
 
-def test_weight_sync_makes_rollout_equal_learner(ray_cluster, groups, tiny_model_path):
+@pytest.mark.parametrize("method", ["collective", "object_store"])
+def test_weight_sync_makes_rollout_equal_learner(ray_cluster, groups, tiny_model_path, method):
+    from actors.weight_sync import make_weight_sync
+    from contract.engine import WeightSyncConfig
+
+    sync = groups.sync if method == "collective" else make_weight_sync(WeightSyncConfig(method=method))
     before = ray_cluster.get(groups.rollout.actors[0].get_weights.remote())
     stats = ray_cluster.get(groups.learner.async_sft_step(_sft_batch(tiny_model_path), lr=1e-2))
     assert all(torch.isfinite(torch.tensor(s["sft/loss"])) for s in stats)
-    groups.sync.push(groups.learner, groups.rollout)
+    figures = sync.push(groups.learner, groups.rollout)
     learner = ray_cluster.get(groups.learner.async_state_dict())
     after = ray_cluster.get(groups.rollout.actors[0].get_weights.remote())
     changed = [k for k in learner if not torch.equal(before[k], learner[k])]
     assert changed, "the SFT step changed no parameter"
     for k, v in learner.items():
         assert torch.equal(after[k], v), k
+    # the tied lm_head is embed_tokens: the collective path sends it once, the object store twice
+    unique = sum(v.numel() * v.element_size() for k, v in learner.items() if k != "lm_head.weight")
+    total = sum(v.numel() * v.element_size() for v in learner.values())
+    assert figures["sync/bytes"] == (unique if method == "collective" else total)
 
 
 def test_reward_actor_scores_groups(ray_cluster, groups):
@@ -78,7 +87,7 @@ def _learners(ray_cluster, model_path, world: int, stage: int):
 
     cfg = _cfg(num_actors=world, zero_stage=stage).learner
     pg, _off = reserve([BundleSpec("learner", world, 0.25, 0.0)], "PACK", name=f"dp{world}-z{stage}")
-    addr, port = ray_cluster.get(_rendezvous.remote())
+    addr, (port, _) = ray_cluster.get(_rendezvous.remote())
     return LearnerGroup("learner", LearnerWorker, world, pg, 0, 0.25, 0.0,
                         lambda i: {"cfg": cfg, "model_path": model_path, "dtype": "float32", "rank": i, "world_size": world,
                                        "master_addr": addr, "master_port": port}, f"dp{world}-z{stage}"), pg

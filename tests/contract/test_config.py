@@ -152,8 +152,9 @@ def test_executor_dispatch_resolves_per_engine():
 def test_grammar_is_reachable_on_both_engines_in_every_mode():
     for engine in ("hf", "vllm"):
         for mode in ("off", "sequential", "executed"):
+            # vLLM's logprobs come after its grammar mask: the learner scores the behaviour policy itself
             cfg = validate(_compose(f"rollout={engine}", f"rollout.executor.mode={mode}", "rollout.executor.grammar=true",
-                                    "learner.layout=structured"))
+                                    "learner.layout=structured", f"learner.recompute_old_logprobs={engine == 'vllm'}"))
             assert (cfg.rollout.executor.mode, cfg.rollout.executor.grammar) == (mode, True)
 
 

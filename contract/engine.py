@@ -1,0 +1,62 @@
+"""The engine-side config slices: vLLM's own knobs, and how weights reach the engines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from contract.errors import _check
+
+
+@dataclass
+class VLLMConfig:
+    """`rollout.vllm.*`: passed to `vllm.LLM` when rollout.engine=vllm (engines/vllm.py)."""
+
+    tensor_parallel_size: int = 1
+    # GPU: the fraction of GPU memory vLLM may take (weights + KV cache).
+    gpu_memory_utilization: float = 0.5
+    # Context length vLLM plans for (null: the model's own; shorter saves KV memory).
+    max_model_len: int | None = None
+    # Reuse KV blocks across requests with a shared prefix (the n samples of a prompt, branch requests).
+    enable_prefix_caching: bool = True
+    # Skip CUDA-graph / torch.compile capture: start-up in seconds (CPU, tests), slower decoding on GPU.
+    enforce_eager: bool = False
+    # CPU build: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE).
+    cpu_kvcache_gib: float = 2.0
+    # GPU, engine colocated with a learner: free its memory between rollouts (LLM.sleep / wake_up).
+    enable_sleep_mode: bool = False
+
+    def __post_init__(self) -> None:
+        _check(self.tensor_parallel_size >= 1, "rollout.vllm.tensor_parallel_size", "must be >= 1")
+        _check(0 < self.gpu_memory_utilization <= 1, "rollout.vllm.gpu_memory_utilization", "must be in (0, 1]")
+        _check(self.max_model_len is None or self.max_model_len >= 16, "rollout.vllm.max_model_len",
+               "must be null or >= 16")
+        _check(self.cpu_kvcache_gib > 0, "rollout.vllm.cpu_kvcache_gib", "must be > 0 (GiB)")
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass
+class WeightSyncConfig:
+    """`rollout.weight_sync.*`: learner rank 0 -> every engine after each update (actors/weight_sync.py).
+
+    collective: a torch.distributed group between learner rank 0 and every engine worker; rank 0
+    broadcasts its weights in buckets (engines/collective.py). object_store: rank 0's state dict
+    goes through Ray's object store and each engine loads it (the fallback: any cluster, no ports).
+    """
+
+    method: str = "collective"
+    # auto: nccl when learners and engines both have GPUs, else gloo.
+    backend: str = "auto"
+    bucket_mb: int = 256
+    # A broadcast or group start that takes longer fails the run, naming what it waited for.
+    timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        _check(self.method in ("collective", "object_store"), "rollout.weight_sync.method",
+               f"must be collective or object_store, got {self.method!r}")
+        _check(self.backend in ("auto", "gloo", "nccl"), "rollout.weight_sync.backend",
+               f"must be auto, gloo or nccl, got {self.backend!r}")
+        _check(self.bucket_mb >= 1, "rollout.weight_sync.bucket_mb", "must be >= 1 (MiB)")
+        _check(self.timeout_s > 0, "rollout.weight_sync.timeout_s", "must be > 0 (seconds)")

@@ -1,0 +1,166 @@
+"""Collective weight sync: learner rank 0 broadcasts its weights, bucketed, to every engine worker.
+
+One torch.distributed process group per run, separate from the learners' own DeepSpeed group and
+from vLLM's internal groups: rank 0 is learner rank 0, ranks 1.. are the engines' workers (an hf
+engine is one rank; a vLLM engine one per tensor-parallel worker). The group is built from its own
+TCPStore, never the default group, so each side keeps the groups it already has. gloo on CPU, NCCL
+on GPU: the same code, the backend and the buffer device differ (`open_group`).
+
+A bucket is one flat uint8 buffer holding several tensors back to back, so a sync is a few large
+broadcasts rather than hundreds of small ones. The plan (names, dtypes, shapes, bucket bounds) is
+made once from the learner's weights and sent to every receiver, which rebuilds views into the
+buffer it received and hands them to its engine's loader (which copies them into place).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    name: str
+    dtype: str  # torch dtype name without "torch.", e.g. "float32"
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return _numel(self.shape) * torch.empty((), dtype=getattr(torch, self.dtype)).element_size()
+
+
+@dataclass(frozen=True)
+class Bucket:
+    tensors: tuple[TensorMeta, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def unique_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state dict without aliases (tied embeddings: lm_head.weight is embed_tokens.weight), in order."""
+    seen: set[tuple[int, int]] = set()
+    out = {}
+    for k, v in state.items():
+        key = (v.untyped_storage().data_ptr(), v.storage_offset())
+        if key in seen:
+            continue
+        seen.add(key)
+        out[k] = v
+    return out
+
+
+def plan_buckets(metas: Iterable[TensorMeta], bucket_bytes: int) -> list[Bucket]:
+    """Consecutive tensors grouped into buckets of at most `bucket_bytes` (a larger tensor is its own)."""
+    if bucket_bytes < 1:
+        raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
+    buckets, cur, size = [], [], 0
+    for m in metas:
+        if cur and size + m.nbytes > bucket_bytes:
+            buckets.append(Bucket(tuple(cur)))
+            cur, size = [], 0
+        cur.append(m)
+        size += m.nbytes
+    if cur:
+        buckets.append(Bucket(tuple(cur)))
+    return buckets
+
+
+def plan_for(state: dict[str, torch.Tensor], bucket_bytes: int) -> list[Bucket]:
+    metas = [TensorMeta(k, str(v.dtype).removeprefix("torch."), tuple(v.shape))
+             for k, v in unique_tensors(state).items()]
+    return plan_buckets(metas, bucket_bytes)
+
+
+def plan_to_wire(plan: list[Bucket]) -> list[list[list]]:
+    """The plan as plain lists (what vLLM's RPC serialiser carries): [[[name, dtype, shape], ...], ...]."""
+    return [[[m.name, m.dtype, list(m.shape)] for m in b.tensors] for b in plan]
+
+
+def plan_from_wire(wire: list[list[list]]) -> list[Bucket]:
+    return [Bucket(tuple(TensorMeta(n, d, tuple(s)) for n, d, s in b)) for b in wire]
+
+
+def pack(bucket: Bucket, state: dict[str, torch.Tensor], device: str = "cpu") -> torch.Tensor:
+    """The bucket's tensors, bytes back to back, in one uint8 buffer on `device`."""
+    buf = torch.empty(bucket.nbytes, dtype=torch.uint8, device=device)
+    off = 0
+    for m in bucket.tensors:
+        t = state[m.name]
+        if str(t.dtype).removeprefix("torch.") != m.dtype or tuple(t.shape) != m.shape:
+            raise ValueError(f"weight sync: {m.name} is {t.dtype}{tuple(t.shape)}, the plan says {m.dtype}{m.shape}")
+        buf[off:off + m.nbytes].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
+        off += m.nbytes
+    return buf
+
+
+def unpack(bucket: Bucket, buf: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) views into `buf`, one per tensor of the bucket (valid while `buf` lives)."""
+    if buf.numel() != bucket.nbytes:
+        raise ValueError(f"weight sync: received {buf.numel()} bytes for a bucket of {bucket.nbytes}")
+    off = 0
+    for m in bucket.tensors:
+        yield m.name, buf[off:off + m.nbytes].view(getattr(torch, m.dtype)).reshape(m.shape)
+        off += m.nbytes
+
+
+class SyncGroup:
+    """This process's membership of the run's weight-sync group (rank 0 sends, the others receive)."""
+
+    def __init__(self, host: str, port: int, rank: int, world_size: int, backend: str = "gloo",
+                 timeout_s: float = 120.0):
+        if world_size < 2:
+            raise ValueError(f"a weight-sync group needs a sender and a receiver, world_size={world_size}")
+        timeout = timedelta(seconds=timeout_s)
+        store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout,
+                              wait_for_workers=False)
+        store = dist.PrefixStore("parallax/weight_sync", store)
+        if backend == "gloo":
+            self.pg = dist.ProcessGroupGloo(store, rank, world_size, timeout)
+            self.device = "cpu"
+        elif backend == "nccl":
+            opts = dist.ProcessGroupNCCL.Options()
+            opts._timeout = timeout
+            self.pg = dist.ProcessGroupNCCL(store, rank, world_size, opts)
+            self.device = f"cuda:{torch.cuda.current_device()}"
+        else:
+            raise ValueError(f"weight-sync backend must be gloo or nccl, got {backend!r}")
+        self.rank, self.world_size, self.backend = rank, world_size, backend
+
+    def _broadcast(self, buf: torch.Tensor):
+        opts = dist.BroadcastOptions()
+        opts.rootRank = 0
+        return self.pg.broadcast([buf], opts)
+
+    def send(self, plan: list[Bucket], state: dict[str, torch.Tensor]) -> int:
+        """Rank 0: broadcast every bucket (the next one is packed while the last one is in flight)."""
+        assert self.rank == 0, "only rank 0 sends"
+        sent, pending = 0, None
+        for bucket in plan:
+            buf = pack(bucket, state, self.device)
+            if pending is not None:
+                pending.wait()
+            pending = self._broadcast(buf)
+            sent += buf.numel()
+        if pending is not None:
+            pending.wait()
+        return sent
+
+    def receive(self, plan: list[Bucket]) -> Iterator[tuple[str, torch.Tensor]]:
+        """Ranks > 0: (name, tensor) for every tensor of the plan, bucket by bucket, as they arrive."""
+        for bucket in plan:
+            buf = torch.empty(bucket.nbytes, dtype=torch.uint8, device=self.device)
+            self._broadcast(buf).wait()
+            yield from unpack(bucket, buf)

@@ -208,7 +208,7 @@ class LearnerWorker:
             return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
 
     def open_sync(self, host: str, port: int, world_size: int, backend: str, timeout_s: float,
-                  bucket_bytes: int) -> list | None:
+                  bucket_bytes: int) -> dict | None:
         """Join the weight-sync group as its rank 0 (learner rank 0 only; the others gather under ZeRO-3).
         Returns the bucket plan every receiver follows, in wire form (`engines.collective`)."""
         from engines.collective import SyncGroup, plan_for, plan_to_wire
@@ -229,7 +229,7 @@ class LearnerWorker:
                 return None
             t = time.perf_counter()
             sent = self._sync.send(self._sync_plan, state)
-        return {"sync/bytes": float(sent), "sync/buckets": float(len(self._sync_plan)),
+        return {"sync/bytes": float(sent), "sync/buckets": float(len(self._sync_plan.buckets)),
                 "timing/sync_send": time.perf_counter() - t}
 
     def _full_weights(self):

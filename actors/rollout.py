@@ -84,7 +84,7 @@ class RolloutWorker:
     def open_sync(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
         self.engine.open_sync(host, port, rank, world_size, backend, timeout_s)
 
-    def receive_weights(self, plan: list) -> int:
+    def receive_weights(self, plan: dict) -> int:
         return self.engine.receive_weights(plan)
 
     def get_weights(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ class VLLMConfig:
     # Skip CUDA-graph / torch.compile capture: start-up in seconds (CPU, tests), slower decoding on GPU.
     enforce_eager: bool = False
     # CPU build: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE).
-    cpu_kvcache_gib: float = 2.0
+    cpu_kvcache_gib: int = 2
     # GPU, engine colocated with a learner: free its memory between rollouts (LLM.sleep / wake_up).
     enable_sleep_mode: bool = False
 
@@ -31,7 +31,7 @@ class VLLMConfig:
         _check(0 < self.gpu_memory_utilization <= 1, "rollout.vllm.gpu_memory_utilization", "must be in (0, 1]")
         _check(self.max_model_len is None or self.max_model_len >= 16, "rollout.vllm.max_model_len",
                "must be null or >= 16")
-        _check(self.cpu_kvcache_gib > 0, "rollout.vllm.cpu_kvcache_gib", "must be > 0 (GiB)")
+        _check(self.cpu_kvcache_gib >= 1, "rollout.vllm.cpu_kvcache_gib", "must be >= 1 (whole GiB: VLLM_CPU_KVCACHE_SPACE is an integer)")
 
     def engine_kwargs(self) -> dict[str, Any]:
         return dict(vars(self))

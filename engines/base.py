@@ -47,7 +47,7 @@ class Engine(Protocol):
     def open_sync(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
         """Join the weight-sync group (`engines.collective`) as ranks rank .. rank + sync_ranks - 1."""
 
-    def receive_weights(self, plan: list) -> int:
+    def receive_weights(self, plan: dict) -> int:
         """Receive one broadcast of the learner's weights (the plan in wire form) and load it; bytes."""
 
     def parameters_dict(self) -> dict[str, Any]:

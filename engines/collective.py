@@ -7,8 +7,8 @@ TCPStore, never the default group, so each side keeps the groups it already has.
 on GPU: the same code, the backend and the buffer device differ (`open_group`).
 
 A bucket is one flat uint8 buffer holding several tensors back to back, so a sync is a few large
-broadcasts rather than hundreds of small ones. The plan (names, dtypes, shapes, bucket bounds) is
-made once from the learner's weights and sent to every receiver, which rebuilds views into the
+broadcasts rather than hundreds of small ones; a tied tensor (lm_head = embed_tokens) is sent once.
+The plan (names, dtypes, shapes, bucket bounds, aliases) is made once from the learner's weights and sent to every receiver, which rebuilds views into the
 buffer it received and hands them to its engine's loader (which copies them into place).
 """
 
@@ -49,17 +49,35 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def unique_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The state dict without aliases (tied embeddings: lm_head.weight is embed_tokens.weight), in order."""
-    seen: set[tuple[int, int]] = set()
+def aliases(state: dict[str, torch.Tensor]) -> dict[str, str]:
+    """alias -> the first name holding the same tensor (tied embeddings: lm_head.weight -> embed_tokens)."""
+    first: dict[tuple[int, int, tuple], str] = {}
     out = {}
     for k, v in state.items():
-        key = (v.untyped_storage().data_ptr(), v.storage_offset())
-        if key in seen:
-            continue
-        seen.add(key)
-        out[k] = v
+        key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape))
+        if key in first:
+            out[k] = first[key]
+        else:
+            first[key] = k
     return out
+
+
+def unique_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state dict without aliases, in order: what is sent (each alias is re-created by the receiver)."""
+    tied = aliases(state)
+    return {k: v for k, v in state.items() if k not in tied}
+
+
+@dataclass(frozen=True)
+class SyncPlan:
+    """What one sync sends: the buckets in order, and the aliases the receiver re-creates."""
+
+    buckets: tuple[Bucket, ...]
+    aliases: tuple[tuple[str, str], ...] = ()  # (alias, source)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self.buckets)
 
 
 def plan_buckets(metas: Iterable[TensorMeta], bucket_bytes: int) -> list[Bucket]:
@@ -78,19 +96,21 @@ def plan_buckets(metas: Iterable[TensorMeta], bucket_bytes: int) -> list[Bucket]
     return buckets
 
 
-def plan_for(state: dict[str, torch.Tensor], bucket_bytes: int) -> list[Bucket]:
+def plan_for(state: dict[str, torch.Tensor], bucket_bytes: int) -> SyncPlan:
     metas = [TensorMeta(k, str(v.dtype).removeprefix("torch."), tuple(v.shape))
              for k, v in unique_tensors(state).items()]
-    return plan_buckets(metas, bucket_bytes)
+    return SyncPlan(tuple(plan_buckets(metas, bucket_bytes)), tuple(aliases(state).items()))
 
 
-def plan_to_wire(plan: list[Bucket]) -> list[list[list]]:
-    """The plan as plain lists (what vLLM's RPC serialiser carries): [[[name, dtype, shape], ...], ...]."""
-    return [[[m.name, m.dtype, list(m.shape)] for m in b.tensors] for b in plan]
+def plan_to_wire(plan: SyncPlan) -> dict[str, list]:
+    """The plan as plain values (what vLLM's RPC serialiser carries)."""
+    return {"buckets": [[[m.name, m.dtype, list(m.shape)] for m in b.tensors] for b in plan.buckets],
+            "aliases": [list(a) for a in plan.aliases]}
 
 
-def plan_from_wire(wire: list[list[list]]) -> list[Bucket]:
-    return [Bucket(tuple(TensorMeta(n, d, tuple(s)) for n, d, s in b)) for b in wire]
+def plan_from_wire(wire: dict[str, list]) -> SyncPlan:
+    buckets = tuple(Bucket(tuple(TensorMeta(n, d, tuple(s)) for n, d, s in b)) for b in wire["buckets"])
+    return SyncPlan(buckets, tuple((a, src) for a, src in wire["aliases"]))
 
 
 def pack(bucket: Bucket, state: dict[str, torch.Tensor], device: str = "cpu") -> torch.Tensor:
@@ -144,11 +164,11 @@ class SyncGroup:
         opts.rootRank = 0
         return self.pg.broadcast([buf], opts)
 
-    def send(self, plan: list[Bucket], state: dict[str, torch.Tensor]) -> int:
+    def send(self, plan: SyncPlan, state: dict[str, torch.Tensor]) -> int:
         """Rank 0: broadcast every bucket (the next one is packed while the last one is in flight)."""
         assert self.rank == 0, "only rank 0 sends"
         sent, pending = 0, None
-        for bucket in plan:
+        for bucket in plan.buckets:
             buf = pack(bucket, state, self.device)
             if pending is not None:
                 pending.wait()
@@ -158,9 +178,18 @@ class SyncGroup:
             pending.wait()
         return sent
 
-    def receive(self, plan: list[Bucket]) -> Iterator[tuple[str, torch.Tensor]]:
-        """Ranks > 0: (name, tensor) for every tensor of the plan, bucket by bucket, as they arrive."""
-        for bucket in plan:
+    def receive(self, plan: SyncPlan) -> Iterator[tuple[str, torch.Tensor]]:
+        """Ranks > 0: (name, tensor) for every tensor of the plan, bucket by bucket as they arrive, then
+        each alias with its source's tensor. A loader that reloads module by module (vLLM's
+        `reload_weights`) must see the tied `lm_head.weight` too, or it restores the old values there."""
+        sources = {src for _, src in plan.aliases}
+        kept = {}
+        for bucket in plan.buckets:
             buf = torch.empty(bucket.nbytes, dtype=torch.uint8, device=self.device)
             self._broadcast(buf).wait()
-            yield from unpack(bucket, buf)
+            for name, t in unpack(bucket, buf):
+                if name in sources:
+                    kept[name] = t
+                yield name, t
+        for alias, src in plan.aliases:
+            yield alias, kept[src]

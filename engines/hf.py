@@ -49,21 +49,23 @@ class HFEngine:
         self._sync = SyncGroup(host, port, rank, world_size, backend, timeout_s)
 
     @torch.no_grad()
-    def receive_weights(self, plan: list) -> int:
+    def receive_weights(self, plan: dict) -> int:
         """Take the learner's broadcast (`engines.collective`), copying each tensor into place; bytes received."""
         from engines.collective import plan_from_wire
 
         params, got, n = self.model.state_dict(), set(), 0
-        for name, t in self._sync.receive(plan_from_wire(plan)):
+        wanted = plan_from_wire(plan)
+        tied = {alias for alias, _ in wanted.aliases}
+        for name, t in self._sync.receive(wanted):
             if name not in params:
                 raise ValueError(f"weight sync: the learner sent {name!r}, which this model does not have")
-            params[name].copy_(t)
+            if name not in tied:  # a tied alias is its source's tensor: already in place
+                params[name].copy_(t)
+                n += t.numel() * t.element_size()
             got.add(name)
-            n += t.numel() * t.element_size()
-        missing = {k for k, v in params.items() if k not in got}
-        aliases = {k for k in missing if any(params[k].data_ptr() == params[g].data_ptr() for g in got)}
-        if missing - aliases:
-            raise ValueError(f"weight sync: the learner sent no {sorted(missing - aliases)[:5]}")
+        missing = sorted(set(params) - got)
+        if missing:
+            raise ValueError(f"weight sync: the learner sent no {missing[:5]}")
         return n
 
     def parameters_dict(self) -> dict[str, torch.Tensor]:

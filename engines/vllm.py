@@ -49,15 +49,17 @@ class WeightSyncExtension:
         self._parallax_sync = SyncGroup(host, port, rank + self.rank, world_size, backend, timeout_s)
         return self._parallax_sync.rank
 
-    def parallax_receive(self, plan: list) -> int:
+    def parallax_receive(self, plan: dict) -> int:
         from engines.collective import plan_from_wire
 
         received = 0
 
         def stream():
             nonlocal received
-            for name, t in self._parallax_sync.receive(plan_from_wire(plan)):
-                received += t.numel() * t.element_size()
+            wanted = plan_from_wire(plan)
+            tied = {alias for alias, _ in wanted.aliases}
+            for name, t in self._parallax_sync.receive(wanted):
+                received += 0 if name in tied else t.numel() * t.element_size()
                 yield name, t
 
         self._parallax_load(stream())
@@ -110,7 +112,7 @@ class VLLMEngine:
     def __init__(self, model_path: str, dtype: str = "bfloat16", max_batch_size: int = 256,
                  gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1, seed: int = 0,
                  max_model_len: int | None = None, enable_prefix_caching: bool = True,
-                 enforce_eager: bool = False, cpu_kvcache_gib: float = 2.0, enable_sleep_mode: bool = False,
+                 enforce_eager: bool = False, cpu_kvcache_gib: int = 2, enable_sleep_mode: bool = False,
                  **_: Any):
         import os
 
@@ -128,6 +130,7 @@ class VLLMEngine:
                        enable_sleep_mode=enable_sleep_mode, logprobs_mode="processed_logprobs",
                        worker_extension_cls="engines.vllm.WeightSyncExtension")
         self.sync_ranks = tensor_parallel_size
+        self._cuda = torch.cuda.is_available()
         self.prefix_caching = enable_prefix_caching
         self.eos_id = self.tokenizer.eos_token_id
         self.stop_ids = frozenset({self.eos_id, *_generation_eos(model_path)})  # what vLLM itself stops on
@@ -147,8 +150,12 @@ class VLLMEngine:
                 "skip_special_tokens": False, "detokenize": False}
         limits = limits if limits is not None else [params.max_new_tokens] * len(prompts)
         under_grammar = self._stops_under_grammar(params.stop_token_ids)
-        # one seed per request: reproducible, and the n samples of a prompt still differ
-        sps = [VSP(seed=params.seed + i, max_tokens=m, **(base | (under_grammar if g else {})),
+        # one seed per request: reproducible, and the n samples of a prompt still differ. Not on the CPU
+        # build: a request whose prefill is chunked rewinds its generator's offset, which a CPU generator
+        # does not have ("CPU Generator does not use offset", vLLM 0.30); requests there draw from the
+        # engine's own stream, seeded once per engine (reproducible for the same sequence of calls).
+        seeds = [params.seed + i if self._cuda else None for i in range(len(prompts))]
+        sps = [VSP(seed=seeds[i], max_tokens=m, **(base | (under_grammar if g else {})),
                    **(_structured(g) if g else {}))
                for i, (m, g) in enumerate(zip(limits, grammars))]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sps, use_tqdm=False)
@@ -184,12 +191,16 @@ class VLLMEngine:
 
         from safetensors.torch import save_file
 
-        from engines.collective import unique_tensors
+        from engines.collective import aliases
 
+        # every name, a tied one included (vLLM's reload restores any module it is not given); safetensors
+        # refuses shared storage, so an alias goes as a copy
+        tied = aliases(state_dict)
         shm = "/dev/shm" if Path("/dev/shm").is_dir() else None
         with tempfile.TemporaryDirectory(dir=shm, prefix="parallax_sync_") as d:
             path = str(Path(d) / "weights.safetensors")
-            save_file({k: v.contiguous() for k, v in unique_tensors(state_dict).items()}, path)
+            save_file({k: v.detach().clone() if k in tied else v.detach().contiguous() for k, v in state_dict.items()},
+                      path)
             got = self.llm.collective_rpc("parallax_load_file", args=(path,))
         self._weights_changed()
         return int(got[0])
@@ -197,7 +208,7 @@ class VLLMEngine:
     def open_sync(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
         self.llm.collective_rpc("parallax_open_sync", args=(host, port, rank, world_size, backend, timeout_s))
 
-    def receive_weights(self, plan: list) -> int:
+    def receive_weights(self, plan: dict) -> int:
         got = self.llm.collective_rpc("parallax_receive", args=(plan,))
         self._weights_changed()
         return int(got[0])

@@ -176,10 +176,10 @@ class Trainer:
                 lr, wd = self._lr(stage)
                 stats = _mean_dicts(ray.get(g.learner.async_grpo_step(batch, lr, wd, self.cfg.rollout.temperature)))
             with t("sync"):
-                g.sync.push(g.learner, g.rollout)
+                synced = g.sync.push(g.learner, g.rollout)  # sync/bytes, sync/buckets, timing/sync_send
         lengths = [len(x.response_ids) for x in trajs]
         correct = [c for group in scored.correct for c in group]
-        return {**scored.metrics, **stats, **t.times, **trajectory_stats(trajs, self.fmt, "parallel", correct),
+        return {**scored.metrics, **stats, **synced, **t.times, **trajectory_stats(trajs, self.fmt, "parallel", correct),
                 "response/length": mean(lengths), "response/clip_ratio": mean(x.finish_reason == "length"
                                                                               for x in trajs),
                 "throughput/tokens_per_s": sum(lengths) / t.times["timing/generate"]}

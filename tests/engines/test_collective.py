@@ -47,16 +47,17 @@ def test_plan_groups_consecutive_tensors_up_to_the_bucket_size():
         plan_buckets(metas, 0)
 
 
-def test_tied_weights_are_sent_once():
+def test_tied_weights_are_sent_once_and_received_under_both_names():
     state = _state()
     assert list(unique_tensors(state)) == ["embed.weight", "norm.weight", "steps", "big.weight"]
     plan = plan_for(state, 1 << 20)
-    assert sum(b.nbytes for b in plan) == 50 * 8 * 4 + 8 * 2 + 2 * 8 + 64 * 8 * 4
+    assert plan.nbytes == 50 * 8 * 4 + 8 * 2 + 2 * 8 + 64 * 8 * 4
+    assert plan.aliases == (("lm_head.weight", "embed.weight"),)
 
 
 def test_pack_then_unpack_is_byte_exact_for_every_dtype():
     state = _state()
-    for bucket in plan_for(state, bucket_bytes=600):
+    for bucket in plan_for(state, bucket_bytes=600).buckets:
         got = dict(unpack(bucket, pack(bucket, state)))
         for name, t in got.items():
             assert t.dtype == state[name].dtype and torch.equal(t, state[name]), name
@@ -87,9 +88,9 @@ def test_gloo_broadcast_reaches_every_receiver():
     sent = SyncGroup("127.0.0.1", port, 0, 3, "gloo", 30).send(plan, state)
     for t in threads:
         t.join(30)
-    assert sent == sum(b.nbytes for b in plan)
+    assert sent == plan.nbytes and len(plan.buckets) > 1
     for rank in (1, 2):
-        assert set(got[rank]) == set(unique_tensors(state))
+        assert set(got[rank]) == set(state)  # the tied alias too
         assert all(torch.equal(got[rank][k], state[k]) for k in got[rank])
 
 

@@ -49,7 +49,8 @@ class WeightSyncConfig:
     method: str = "collective"
     # auto: nccl when learners and engines both have GPUs, else gloo.
     backend: str = "auto"
-    bucket_mb: int = 256
+    # bucket size: several buckets let packing, transfer and loading overlap (bench/bench_sync.py)
+    bucket_mb: int = 64
     # A broadcast or group start that takes longer fails the run, naming what it waited for.
     timeout_s: float = 300.0
 

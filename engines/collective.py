@@ -22,6 +22,12 @@ import torch
 import torch.distributed as dist
 
 
+# Buckets in flight at once: concurrent broadcasts use gloo's threads and connections together, and
+# the sender packs (the receiver loads) one bucket while others move. 512 MiB over loopback on the
+# 2-core CPU: 0.57 s one at a time in 256 MiB buckets, 0.41-0.46 s with 4 in flight of 8-64 MiB.
+INFLIGHT = 4
+
+
 @dataclass(frozen=True)
 class TensorMeta:
     name: str
@@ -113,8 +119,28 @@ def plan_from_wire(wire: dict[str, list]) -> SyncPlan:
     return SyncPlan(buckets, tuple((a, src) for a, src in wire["aliases"]))
 
 
+def _in_place(bucket: Bucket, state: dict[str, torch.Tensor], device: str) -> torch.Tensor | None:
+    """The bucket as a uint8 view of the memory its tensors already occupy, when they lie back to back
+    in one storage in plan order (DeepSpeed ZeRO-1/2 flattens a module's parameters so): no copy."""
+    first = state[bucket.tensors[0].name]
+    storage, start = first.untyped_storage(), first.storage_offset() * first.element_size()
+    end = start
+    for m in bucket.tensors:
+        t = state[m.name]
+        if (t.untyped_storage().data_ptr() != storage.data_ptr() or not t.is_contiguous()
+                or t.storage_offset() * t.element_size() != end or str(t.device) != str(torch.device(device))
+                or str(t.dtype).removeprefix("torch.") != m.dtype or tuple(t.shape) != m.shape):
+            return None
+        end += m.nbytes
+    return torch.empty(0, dtype=torch.uint8, device=first.device).set_(storage, start, (end - start,))
+
+
 def pack(bucket: Bucket, state: dict[str, torch.Tensor], device: str = "cpu") -> torch.Tensor:
-    """The bucket's tensors, bytes back to back, in one uint8 buffer on `device`."""
+    """The bucket's tensors, bytes back to back, in one uint8 buffer on `device` (a view of their own
+    memory when they already lie so; the sender only reads it)."""
+    view = _in_place(bucket, state, device)
+    if view is not None:
+        return view
     buf = torch.empty(bucket.nbytes, dtype=torch.uint8, device=device)
     off = 0
     for m in bucket.tensors:
@@ -148,7 +174,11 @@ class SyncGroup:
                               wait_for_workers=False)
         store = dist.PrefixStore("parallax/weight_sync", store)
         if backend == "gloo":
-            self.pg = dist.ProcessGroupGloo(store, rank, world_size, timeout)
+            opts = dist.ProcessGroupGloo._Options()
+            opts._timeout = timeout
+            opts._devices = [dist.ProcessGroupGloo.create_default_device()]
+            opts._threads = INFLIGHT  # one gloo thread per bucket in flight
+            self.pg = dist.ProcessGroupGloo(store, rank, world_size, opts)
             self.device = "cpu"
         elif backend == "nccl":
             opts = dist.ProcessGroupNCCL.Options()
@@ -165,28 +195,33 @@ class SyncGroup:
         return self.pg.broadcast([buf], opts)
 
     def send(self, plan: SyncPlan, state: dict[str, torch.Tensor]) -> int:
-        """Rank 0: broadcast every bucket (the next one is packed while the last one is in flight)."""
+        """Rank 0: broadcast every bucket, up to INFLIGHT at once (packing the next meanwhile)."""
         assert self.rank == 0, "only rank 0 sends"
-        sent, pending = 0, None
+        sent, pending = 0, []
         for bucket in plan.buckets:
             buf = pack(bucket, state, self.device)
-            if pending is not None:
-                pending.wait()
-            pending = self._broadcast(buf)
+            if len(pending) == INFLIGHT:
+                pending.pop(0).wait()
+            pending.append(self._broadcast(buf))
             sent += buf.numel()
-        if pending is not None:
-            pending.wait()
+        for work in pending:
+            work.wait()
         return sent
 
     def receive(self, plan: SyncPlan) -> Iterator[tuple[str, torch.Tensor]]:
-        """Ranks > 0: (name, tensor) for every tensor of the plan, bucket by bucket as they arrive, then
-        each alias with its source's tensor. A loader that reloads module by module (vLLM's
-        `reload_weights`) must see the tied `lm_head.weight` too, or it restores the old values there."""
+        """Ranks > 0: (name, tensor) for every tensor of the plan, bucket by bucket as they arrive (up to
+        INFLIGHT posted ahead), then each alias with its source's tensor. A loader that reloads module
+        by module (vLLM's `reload_weights`) must see the tied `lm_head.weight` too, or it restores the
+        old values there."""
         sources = {src for _, src in plan.aliases}
-        kept = {}
-        for bucket in plan.buckets:
-            buf = torch.empty(bucket.nbytes, dtype=torch.uint8, device=self.device)
-            self._broadcast(buf).wait()
+        kept, posted, todo = {}, [], list(plan.buckets)
+        while todo or posted:
+            while todo and len(posted) < INFLIGHT:
+                bucket = todo.pop(0)
+                buf = torch.empty(bucket.nbytes, dtype=torch.uint8, device=self.device)
+                posted.append((bucket, buf, self._broadcast(buf)))
+            bucket, buf, work = posted.pop(0)
+            work.wait()
             for name, t in unpack(bucket, buf):
                 if name in sources:
                     kept[name] = t

@@ -4,8 +4,9 @@ Algorithm choices (defaults; every one is a config override):
 * curriculum `sft_then_rl`: cold-start SFT on teacher traces, then GRPO with the reward
   named in `reward.name` (verl's group-normalised advantages, clipped loss 0.2 / 0.28,
   token-mean aggregation, no KL unless `learner.kl_coef > 0`);
-* rollout on Hugging Face transformers (CPU) or vLLM (GPU); learners are DeepSpeed ZeRO
-  data-parallel actors; weights go learner -> engines through Ray's object store each step;
+* rollout on Hugging Face transformers or vLLM (GPU, or its CPU build); learners are DeepSpeed ZeRO
+  data-parallel actors; weights go learner rank 0 -> engines over a collective group (gloo on CPU,
+  NCCL on GPU) after each update (`rollout.weight_sync`; the object store as fallback);
 * the CPU default trains a tiny Qwen3-architecture model built locally on the toy world.
 
 Launch:

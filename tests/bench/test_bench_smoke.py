@@ -250,3 +250,15 @@ def test_bench_rewards():
         assert x["rewards_per_s"] > 0 and 0 <= x["acc"] <= 1, run.why(name)
     # Most synthetic answers are right (60% / 70%): verification must find them, math-verify included.
     assert res["tiered/int"]["acc"] > 0 and res["accuracy/mv"]["acc"] > 0, run.why("no answer verified")
+
+
+def test_bench_sync(tmp_path):
+    run = bench("bench_sync.py", "--model", "tiny", "--repeat", "1", "--bucket-mb", "1", timeout=480, tmp=tmp_path)
+    r = check(run, "sync", ("model", "engine", "rows", "object_store_over_collective"))
+    rows = {x["method"]: x for x in r["rows"]}
+    assert set(rows) == {"object_store", "collective"}, run.why()
+    assert all(x["equal"] is True for x in rows.values()), run.why("the engine's weights differ from the learner's")
+    # the tied lm_head goes once over the group; the object store carries both names
+    assert 0 < rows["collective"]["bytes"] < rows["object_store"]["bytes"], run.why()
+    assert rows["collective"]["buckets"] > 1, run.why("1 MiB buckets: the tiny model takes several")
+    assert r["object_store_over_collective"] > 0, run.why()

@@ -24,14 +24,20 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
 # The default smoke, and executed branches over whole engine requests (vLLM's path, the hf engine
 # standing in) scored with the structured layout's copies: the first RL step's ppo_kl ~ 0 below is
 # then the end-to-end check that the learner reproduces the request executor's logprobs exactly.
+# The vllm run: the same executed branches on a real vLLM engine (the CPU build) in the rollout actor,
+# weights reaching it over the collective group after every update.
 RUNS = {
     "default": [],
     "requests": ["rollout.executor.mode=executed", "rollout.executor.dispatch=requests", "learner.layout=structured"],
+    "vllm": ["rollout=vllm_cpu", "rollout.executor.mode=executed", "learner.layout=structured"],
 }
 
 
-@pytest.fixture(scope="module", params=sorted(RUNS))
+@pytest.fixture(scope="module", params=[pytest.param(k, marks=[pytest.mark.vllm] if k == "vllm" else [])
+                                        for k in sorted(RUNS)])
 def run(tmp_path_factory, request):
+    if request.param == "vllm":
+        pytest.importorskip("vllm")  # a failure instead under PARALLAX_REQUIRE_VLLM (tests/conftest.py)
     run_dir = tmp_path_factory.mktemp(f"e2e_{request.param}")
     cmd = [sys.executable, "-m", "orchestrator", "+experiment=smoke", f"hydra.run.dir={run_dir}",
            "logging.progress_bar=false", *RUNS[request.param]]
@@ -53,8 +59,10 @@ def test_metrics_are_logged_and_finite(run):
     # The engine sampled with the learner's weights (synced after SFT): before the update the
     # learner's logprobs equal the engine's, so the first RL step's ratio is 1 (ppo_kl ~ 0).
     assert abs(rl[0]["actor/ppo_kl"]) < 1e-4, rl[0]["actor/ppo_kl"]
-    if run_dir.name.startswith("e2e_requests"):  # the check covered forked trajectories
+    if run_dir.name.startswith(("e2e_requests", "e2e_vllm")):  # the check covered forked trajectories
         assert rl[0]["parallel/ratio"] > 0.2, rl[0]["parallel/ratio"]
+    # the collective sync after each update: the tiny model's weights, its tied lm_head sent once
+    assert all(r["sync/bytes"] > 1e6 and r["sync/buckets"] >= 1 for r in rl), [r.get("sync/bytes") for r in rl]
 
 
 def test_sft_then_rl_updates_change_parameters(run):

@@ -64,6 +64,20 @@ def test_pack_then_unpack_is_byte_exact_for_every_dtype():
     assert plan_from_wire(plan_to_wire(plan_for(state, 600))) == plan_for(state, 600)
 
 
+def test_tensors_back_to_back_in_one_storage_are_sent_from_their_own_memory():
+    flat = torch.arange(24, dtype=torch.float32)  # as DeepSpeed flattens a module's parameters
+    state = {"a": flat[:6].view(2, 3), "b": flat[6:10], "c": flat[10:24].view(7, 2)}
+    (bucket,) = plan_for(state, 1 << 20).buckets
+    buf = pack(bucket, state)
+    assert buf.data_ptr() == flat.data_ptr() and buf.numel() == 24 * 4  # a view: no copy
+    assert all(torch.equal(t, state[k]) for k, t in unpack(bucket, buf.clone()))
+    state["b"] = flat[7:11]  # a gap: packed by copy, still byte-exact
+    (bucket,) = plan_for(state, 1 << 20).buckets
+    buf = pack(bucket, state)
+    assert buf.data_ptr() != flat.data_ptr()
+    assert all(torch.equal(t, state[k]) for k, t in unpack(bucket, buf))
+
+
 def test_a_tensor_that_disagrees_with_the_plan_is_refused():
     bucket = Bucket((TensorMeta("norm.weight", "float32", (8,)),))
     with pytest.raises(ValueError, match="norm.weight is torch.bfloat16"):

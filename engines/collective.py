@@ -21,7 +21,6 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-
 # Buckets in flight at once: concurrent broadcasts use gloo's threads and connections together, and
 # the sender packs (the receiver loads) one bucket while others move. 512 MiB over loopback on the
 # 2-core CPU: 0.57 s one at a time in 256 MiB buckets, 0.41-0.46 s with 4 in flight of 8-64 MiB.

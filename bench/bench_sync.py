@@ -26,6 +26,7 @@ def _model(name: str) -> str:
         from tinylm import TinyModelConfig, build_tiny_model
 
         return str(build_tiny_model(tempfile.mkdtemp(prefix="bench_sync_"), TinyModelConfig(), toyworld.corpus(200, 0)))
+    # (the tiny model's temp folder is removed at the end of main)
     from models import materialize
 
     return str(materialize(name))
@@ -79,6 +80,10 @@ def main() -> None:
     finally:
         groups.shutdown()
         ray.shutdown()
+        if args.model == "tiny":
+            import shutil
+
+            shutil.rmtree(path, ignore_errors=True)
     ratio = rows[0]["median_s"] / rows[1]["median_s"]
     print(f"weight sync, {args.model} ({rows[1]['bytes'] / 2**20:.0f} MiB sent once), engine {args.engine}, "
           f"median of {args.repeat}")

@@ -11,15 +11,14 @@ import threading
 import pytest
 import torch
 
-pytestmark = [pytest.mark.gpu, pytest.mark.vllm]
-
-vllm = pytest.importorskip("vllm")
-if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+# marks, not a module-level skip: `-m "vllm and not gpu"` (the CPU tier) then deselects these
+pytestmark = [pytest.mark.gpu, pytest.mark.vllm,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_path):
+    pytest.importorskip("vllm")
     from engines.base import make_engine
 
     eng = make_engine("vllm", model_path=tiny_model_path, dtype="float32", max_batch_size=8,

@@ -13,11 +13,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
-# name -> (stage, steps) the run must have gone through, and a reward each schedule must have used
+# name -> (stage, steps) the run must have gone through, and a reward each schedule must have used.
+# CI runs the one that takes the most paths at once (structured layout, executed branches, the S2
+# alternation, 170 s); the other seven are the README's timed table (`+scale=mini`): CI's 45 minutes
+# no longer hold them beside the vLLM tier. parallel_r1_seen's SFT-then-causal-GRPO path on SmolLM2
+# and real data is the real-model e2e test's (tests/e2e/test_cli.py); parason_pa_grpo (170 s here)
+# passed beside it on this commit's code: `pytest tests/e2e/test_paper_mini.py` with it added back.
 PAPER = {
-    "paper/parallel_r1_seen": [("sft", 2), ("gsm8k", 2), ("dapo", 2)],
     "paper/parallel_r1_unseen_s2": [("sft", 2), ("dapo", 2)],
-    "paper/parason_pa_grpo": [("sft", 2), ("rl", 2)],
 }
 
 

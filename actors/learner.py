@@ -11,6 +11,7 @@ only to itself (`layouts.packing.pack_sft_batch`); the token-sum loss is the sam
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -200,12 +201,8 @@ class LearnerWorker:
     # ---- weights ----------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Full (gathered) CPU weights; every rank must call it under ZeRO-3, rank 0's result is used."""
-        import deepspeed
-
-        module = self.engine.module
-        params = list(module.parameters())
-        with deepspeed.zero.GatheredParameters(params, enabled=self.cfg.zero_stage == 3):
-            return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+        with self._full_weights() as state:
+            return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
     def open_sync(self, host: str, port: int, world_size: int, backend: str, timeout_s: float,
                   bucket_bytes: int) -> dict | None:
@@ -232,20 +229,14 @@ class LearnerWorker:
         return {"sync/bytes": float(sent), "sync/buckets": float(len(self._sync_plan.buckets)),
                 "timing/sync_send": time.perf_counter() - t}
 
+    @contextlib.contextmanager
     def _full_weights(self):
         """Context: the module's full state dict, in place (no copy; gathered under ZeRO-3)."""
-        import contextlib
-
         import deepspeed
 
         module = self.engine.module
-
-        @contextlib.contextmanager
-        def ctx():
-            with deepspeed.zero.GatheredParameters(list(module.parameters()), enabled=self.cfg.zero_stage == 3):
-                yield module.state_dict()
-
-        return ctx()
+        with deepspeed.zero.GatheredParameters(list(module.parameters()), enabled=self.cfg.zero_stage == 3):
+            yield module.state_dict()
 
     def save_pretrained(self, path: str) -> None:
         """Hugging Face checkpoint (rank 0 writes; every rank must call it under ZeRO-3)."""

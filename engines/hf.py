@@ -53,7 +53,7 @@ class HFEngine:
         """Take the learner's broadcast (`engines.collective`), copying each tensor into place; bytes received."""
         from engines.collective import plan_from_wire
 
-        params, got, n = self.model.state_dict(), set(), 0
+        params, got = self.model.state_dict(), set()
         wanted = plan_from_wire(plan)
         tied = {alias for alias, _ in wanted.aliases}
         for name, t in self._sync.receive(wanted):
@@ -61,12 +61,11 @@ class HFEngine:
                 raise ValueError(f"weight sync: the learner sent {name!r}, which this model does not have")
             if name not in tied:  # a tied alias is its source's tensor: already in place
                 params[name].copy_(t)
-                n += t.numel() * t.element_size()
             got.add(name)
         missing = sorted(set(params) - got)
         if missing:
             raise ValueError(f"weight sync: the learner sent no {missing[:5]}")
-        return n
+        return wanted.nbytes
 
     def parameters_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}

@@ -52,18 +52,9 @@ class WeightSyncExtension:
     def parallax_receive(self, plan: dict) -> int:
         from engines.collective import plan_from_wire
 
-        received = 0
-
-        def stream():
-            nonlocal received
-            wanted = plan_from_wire(plan)
-            tied = {alias for alias, _ in wanted.aliases}
-            for name, t in self._parallax_sync.receive(wanted):
-                received += 0 if name in tied else t.numel() * t.element_size()
-                yield name, t
-
-        self._parallax_load(stream())
-        return received
+        wanted = plan_from_wire(plan)
+        self._parallax_load(self._parallax_sync.receive(wanted))
+        return wanted.nbytes  # every bucket of the plan arrived, or receive raised
 
     def _parallax_load(self, weights) -> None:
         """In place, in the checkpoint's own format: vLLM >= 0.30 re-runs each layer's weight processing

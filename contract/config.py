@@ -136,6 +136,12 @@ class ExecutorConfig:
     # (any engine: vLLM; parallel/requests.py; scored exactly by layout structured or threadweaver,
     # contract.batch.ExecutionRecord says why) | auto: kv on hf, requests elsewhere.
     dispatch: str = "auto"
+    # How the request executor feeds the engine. rounds: every live request in one generate call,
+    # the next round once all are back | async: each request goes in on its own and its successors
+    # (a fork's branches, a join's continuation) go in the moment it returns, so a branch that ends
+    # early never waits for a round (engines that stream requests: vllm) | auto: async where the
+    # engine streams, rounds elsewhere (hf).
+    driver: str = "auto"
     # Parallel-R1 executed mode: paths launched per <Parallel> (the format does not announce them).
     num_paths: int = 2
     max_branches: int = 8
@@ -157,6 +163,8 @@ class ExecutorConfig:
                "must leave room for the closing tag (>= 2)")
         _check(self.dispatch in ("auto", "kv", "requests"), "rollout.executor.dispatch",
                f"unknown dispatch {self.dispatch!r}; valid: auto, kv, requests")
+        _check(self.driver in ("auto", "rounds", "async"), "rollout.executor.driver",
+               f"unknown driver {self.driver!r}; valid: auto, rounds, async")
 
 
 @dataclass
@@ -184,6 +192,9 @@ class RolloutConfig:
         _check(self.temperature > 0, "rollout.temperature", "must be > 0")
         _check(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _check(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
+        _check(self.engine != "hf" or self.executor.driver != "async", "rollout.executor.driver",
+               "async streams requests into the engine one by one; the hf engine takes whole batches "
+               "(driver rounds or auto, or rollout.engine=vllm)")
         _check(self.engine == "hf" or self.executor.dispatch != "kv", "rollout.executor.dispatch",
                f"kv forks and merges a transformers KV cache (engine=hf); engine={self.engine} takes whole "
                "requests: use dispatch=requests (or auto)")

@@ -130,35 +130,64 @@ class VLLMEngine:
                  grammar: str | list[str | None] | None = None, processor=None) -> list[Completion]:
         """One completion per prompt, in order; `grammar` (EBNF) constrains every request, or one per
         request (None: free); `limits` gives each prompt its own max new tokens (the request executor's caps)."""
-        from vllm import SamplingParams as VSP
         from vllm.inputs import TokensPrompt
 
         if processor is not None:
             raise NotImplementedError("test processors run on the hf engine; vLLM samples on its own")
         grammars = grammar if isinstance(grammar, list) else [grammar] * len(prompts)
+        limits = limits if limits is not None else [params.max_new_tokens] * len(prompts)
+        sps = [self._sampling(params, m, g, params.seed + i) for i, (m, g) in enumerate(zip(limits, grammars))]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sps, use_tqdm=False)
+        return [self._completion(out) for out in outs]
+
+    # ---- streaming: requests in and out one by one (the request executor's async driver) ----------
+    streams = True
+
+    def submit(self, key: int, prompt: list[int], params: SamplingParams, limit: int,
+               grammar: str | None = None) -> None:
+        """Queue one request (`key`: the caller's id); it decodes with whatever else is running."""
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        sp = self._sampling(params, limit, grammar, params.seed)
+        sp.output_kind = RequestOutputKind.FINAL_ONLY  # one output per request, when it finishes
+        self.llm.llm_engine.add_request(f"parallax-{key}", TokensPrompt(prompt_token_ids=prompt), sp)
+
+    def poll(self) -> list[tuple[int, Completion]]:
+        """Run one engine step; the submitted requests that finished in it, as (key, completion)."""
+        done = []
+        for out in self.llm.llm_engine.step():
+            if out.finished:
+                done.append((int(out.request_id.removeprefix("parallax-")), self._completion(out)))
+        return done
+
+    def abort(self, keys: list[int]) -> None:
+        """Drop submitted requests whose output is no longer wanted (their trajectory closed them)."""
+        if keys:
+            self.llm.llm_engine.abort_request([f"parallax-{k}" for k in keys])
+
+    def _sampling(self, params: SamplingParams, limit: int, grammar: str | None, seed: int):
+        from vllm import SamplingParams as VSP
+
         base = {"n": 1, "temperature": 0.0 if params.greedy else params.temperature, "top_p": params.top_p,
                 "stop_token_ids": list(params.stop_token_ids), "logprobs": 0,
                 "skip_special_tokens": False, "detokenize": False}
-        limits = limits if limits is not None else [params.max_new_tokens] * len(prompts)
-        under_grammar = self._stops_under_grammar(params.stop_token_ids)
+        if grammar:
+            base |= self._stops_under_grammar(params.stop_token_ids) | _structured(grammar)
         # one seed per request: reproducible, and the n samples of a prompt still differ. Not on the CPU
         # build: a request whose prefill is chunked rewinds its generator's offset, which a CPU generator
         # does not have ("CPU Generator does not use offset", vLLM 0.30); requests there draw from the
         # engine's own stream, seeded once per engine (reproducible for the same sequence of calls).
-        seeds = [params.seed + i if self._cuda else None for i in range(len(prompts))]
-        sps = [VSP(seed=seeds[i], max_tokens=m, **(base | (under_grammar if g else {})),
-                   **(_structured(g) if g else {}))
-               for i, (m, g) in enumerate(zip(limits, grammars))]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sps, use_tqdm=False)
-        results = []
-        for out in outs:
-            o = out.outputs[0]
-            ids = list(o.token_ids)
-            logprobs = [step[t].logprob for t, step in zip(ids, o.logprobs or [])]
-            if len(logprobs) != len(ids):
-                raise RuntimeError("vLLM returned no logprob for some sampled tokens")
-            results.append(Completion(ids, logprobs, "length" if o.finish_reason == "length" else "stop"))
-        return results
+        return VSP(seed=seed if self._cuda else None, max_tokens=limit, **base)
+
+    @staticmethod
+    def _completion(out) -> Completion:
+        o = out.outputs[0]
+        ids = list(o.token_ids)
+        logprobs = [step[t].logprob for t, step in zip(ids, o.logprobs or [])]
+        if len(logprobs) != len(ids):
+            raise RuntimeError("vLLM returned no logprob for some sampled tokens")
+        return Completion(ids, logprobs, "length" if o.finish_reason == "length" else "stop")
 
     def _stops_under_grammar(self, stop_ids) -> dict[str, Any]:
         """Sampling fields for a request with a grammar: its tag stops become stop *strings*.

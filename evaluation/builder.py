@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from evaluation.loaders import EvalProblem, load_benchmark
+from evaluation.loaders import BENCHMARKS, EvalProblem, load_benchmark
 from evaluation.prompts import build_prompt
 from evaluation.teachers import EngineTeacher, HTTPTeacher, Teacher
 
@@ -150,7 +150,7 @@ def _run_shards(teacher: Teacher, shards: list[list[dict]], fmt: str, n: int, se
 def build_parallel_gsm8k(teacher: Teacher, out_dir: str | Path, *, problems: Sequence[EvalProblem] | None = None,
                          fmt: str = "parallel_r1", n: int = 1, shard_size: int = 16, workers: int = 0,
                          seed: int = 0, style: str = "parallel", limit: int | None = None,
-                         progress: bool = True) -> BuildStats:
+                         progress: bool = True, meta: dict[str, Any] | None = None) -> BuildStats:
     """Run (or resume) the build into ``out_dir``; returns the statistics over all records.
 
     ``problems`` default: GSM8K train (the paper's ~7.5k).  ``n`` teacher samples per problem.
@@ -186,17 +186,28 @@ def build_parallel_gsm8k(teacher: Teacher, out_dir: str | Path, *, problems: Seq
                     f.write(json.dumps({"uid": r["uid"], "sample": i, "question": r["question"],
                                         "answer": r["answer"], "trace": s["trace"], "format": fmt}) + "\n")
     stats = _stats([r for r in records if r["uid"] in wanted])
-    (out / "stats.json").write_text(json.dumps({**stats.to_dict(), "format": fmt}, indent=1))
+    (out / "stats.json").write_text(json.dumps({**stats.to_dict(), "format": fmt, "style": style, **(meta or {})},
+                                               indent=1))
     return stats
 
 
 def _teacher_from_args(a: argparse.Namespace) -> Teacher:
+    if sum(bool(x) for x in (a.endpoint, a.model_path, a.package)) != 1:
+        raise ValueError("give one teacher: --endpoint URL (OpenAI-compatible), --model-path HF_DIR or "
+                         "--package NAME (a packaged model, e.g. smollm2_135m)")
     if a.endpoint:
         return HTTPTeacher(a.endpoint, a.model or "default", chat=a.chat, temperature=a.temperature,
                            max_tokens=a.max_tokens)
-    if a.model_path:
-        return EngineTeacher(a.model_path, temperature=a.temperature, max_new_tokens=a.max_tokens)
-    raise ValueError("give a teacher: --endpoint URL (OpenAI-compatible) or --model-path HF_DIR")
+    path = a.model_path
+    if a.package:
+        from models.packaged import materialize
+
+        path = str(materialize(a.package))
+    elif not Path(path).is_dir():
+        raise FileNotFoundError(f"--model-path {path}: no such directory")
+    return EngineTeacher(path, temperature=a.temperature, max_new_tokens=a.max_tokens, engine=a.engine,
+                         batch_size=a.batch_size, torch_threads=a.threads,
+                         vllm={"enforce_eager": True, "cpu_kvcache_gib": a.kv_gib})
 
 
 def add_cli(sub: Any) -> None:
@@ -206,8 +217,16 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--model", default=None, help="model name sent to the endpoint")
     p.add_argument("--chat", action="store_true", help="use /v1/chat/completions")
     p.add_argument("--model-path", default=None, help="local HF checkpoint (rollout engine) instead")
+    p.add_argument("--package", default=None, help="a packaged model (models/packaged.py), e.g. smollm2_135m")
+    p.add_argument("--engine", default="hf", choices=("hf", "vllm"), help="local teacher's engine")
+    p.add_argument("--batch-size", type=int, default=64, help="local teacher: prompts per engine batch")
+    p.add_argument("--threads", type=int, default=2, help="local teacher: torch threads")
+    p.add_argument("--kv-gib", type=int, default=2, help="vLLM on CPU: KV cache GiB")
     p.add_argument("--format", default="parallel_r1", choices=("parallel_r1", "parason"))
-    p.add_argument("--source", default=None, help="GSM8K file or hub name (default: shared gsm8k/train.jsonl)")
+    p.add_argument("--benchmark", default="gsm8k_train", choices=sorted(BENCHMARKS),
+                   help="problem set (Table 1: gsm8k_train and dapo_math_17k)")
+    p.add_argument("--source", default=None, help="problem file or hub name (default: the benchmark's shared file)")
+    p.add_argument("--offset", type=int, default=0, help="skip the first N problems")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--n", type=int, default=1, help="teacher samples per problem")
     p.add_argument("--temperature", type=float, default=0.6)
@@ -218,10 +237,13 @@ def add_cli(sub: Any) -> None:
     p.add_argument("--out", required=True)
 
     def run(a: argparse.Namespace) -> int:
-        problems = load_benchmark("gsm8k_train", a.source, limit=a.limit)
-        stats = build_parallel_gsm8k(_teacher_from_args(a), a.out, problems=problems, fmt=a.format, n=a.n,
-                                     shard_size=a.shard_size, workers=a.workers, seed=a.seed)
-        print(json.dumps(stats.to_dict()))
+        teacher = _teacher_from_args(a)
+        problems = load_benchmark(a.benchmark, a.source)
+        problems = problems[a.offset:][:a.limit] if a.limit is not None else problems[a.offset:]
+        stats = build_parallel_gsm8k(teacher, a.out, problems=problems, fmt=a.format, n=a.n,
+                                     shard_size=a.shard_size, workers=a.workers, seed=a.seed,
+                                     meta={"benchmark": a.benchmark, "teacher": repr(teacher)})
+        print(json.dumps({**stats.to_dict(), "benchmark": a.benchmark}))
         return 0
 
     p.set_defaults(run=run)

@@ -83,7 +83,11 @@ class HTTPTeacher:
 
 @dataclass
 class EngineTeacher:
-    """A local HF checkpoint decoded by the rollout worker (``engine`` "hf" on CPU, "vllm" on GPU)."""
+    """A local HF checkpoint decoded by the rollout worker (``engine`` "hf", or "vllm": GPU or the CPU build).
+
+    ``chat`` (default): each prompt is one user turn through the tokenizer's chat template when it has
+    one (an instruct teacher such as SmolLM2-135M-Instruct); a model without a template reads it raw.
+    """
 
     model_path: str
     temperature: float = 1.0
@@ -91,6 +95,8 @@ class EngineTeacher:
     engine: str = "hf"
     batch_size: int = 64
     torch_threads: int = 1
+    chat: bool = True
+    vllm: dict[str, Any] = field(default_factory=lambda: {"enforce_eager": True})
     _worker: Any = field(default=None, repr=False, compare=False)
 
     def __getstate__(self) -> dict:
@@ -104,13 +110,17 @@ class EngineTeacher:
         if self._worker is None:
             from actors.rollout import RolloutWorker
             from contract.config import RolloutConfig
+            from contract.engine import VLLMConfig
 
             cfg = RolloutConfig(engine=self.engine, n=n, temperature=self.temperature,
                                 max_new_tokens=self.max_new_tokens, max_batch_size=self.batch_size,
-                                torch_threads=self.torch_threads)
+                                torch_threads=self.torch_threads, vllm=VLLMConfig(**self.vllm))
             self._worker = RolloutWorker(cfg, self.model_path)
+        from evaluation.prompts import render_prompt
+
         tok = self._worker.tokenizer
-        ids = tok(prompts, add_special_tokens=False)["input_ids"]
-        ps = [Prompt(uid=str(i), text=t, token_ids=x, ground_truth="") for i, (t, x) in enumerate(zip(prompts, ids))]
+        texts = [render_prompt(tok, p) for p in prompts] if self.chat else prompts
+        ids = tok(texts, add_special_tokens=False)["input_ids"]
+        ps = [Prompt(uid=str(i), text=t, token_ids=x, ground_truth="") for i, (t, x) in enumerate(zip(texts, ids))]
         trajs = self._worker.generate(ps, n=n, seed=seed)
         return [[t.text for t in trajs[i * n:(i + 1) * n]] for i in range(len(prompts))]

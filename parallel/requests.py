@@ -21,7 +21,9 @@ request* at a time, as Parason dispatches threads on SGLang:
   after EOS in a block;
 * caps as in the KV executor: `max_branch_tokens` and the trajectory's `max_new_tokens` become each
   request's token limit; a trajectory over its budget closes every open block;
-* all live requests of all trajectories go to the engine together, one `generate` call per round;
+* all live requests of all trajectories go to the engine together, one `generate` call per round
+  (`driver` rounds); or, on an engine that streams requests (vLLM), each request goes in on its own
+  and what it starts goes in the moment it returns, with no rounds (`driver` async, `_run_async`);
 * `grammar`: each request is constrained by the part of the format's grammar it writes
   (`formats.ebnf(spec, start)`: the response, a thread / path body + its closing tag, a summary
   body), through the engine's structured outputs (vLLM; xgrammar bitmasks on hf). The engine
@@ -81,11 +83,32 @@ class RequestExecutor(ExecutorBase):
         self._params, self._next_request, self.rounds, self._reqs, self.free = params, 0, 0, [], 0
         # every id the engine itself stops on (vLLM adds the generation config's EOS ids)
         self._stops = {self.eos, *params.stop_token_ids, *getattr(self.engine, "stop_ids", ())}
-        stop_ids = tuple(sorted(set(params.stop_token_ids) | self.stop_tags()))
+        self._sp = dataclasses.replace(params, stop_token_ids=tuple(sorted(set(params.stop_token_ids) | self.stop_tags())))
         trajs = [Traj(i) for i in range(len(prompts))]
         pending = [self._main(t, p) for t, p in zip(trajs, prompts)]
+        if self.streaming:
+            self._run_async(pending)
+        else:
+            self._run_rounds(pending)
+        unfinished = [t.index for t in trajs if t.final is None]
+        if unfinished:  # a bug, never a silent loss: name what was left
+            raise RuntimeError(f"request executor stopped with trajectories {unfinished} unfinished")
+        self.redraws = sum(t.redraws for t in trajs)
+        return [self._finish(t, reprefill=True) for t in trajs]
+
+    @property
+    def streaming(self) -> bool:
+        """The async driver is in effect (`ExecutorConfig.driver`)."""
+        streams = getattr(self.engine, "streams", False) and self.processor is None
+        if self.cfg.driver == "async" and not streams:
+            raise ValueError("rollout.executor.driver=async needs an engine that streams requests (vllm) and no "
+                             f"test processor; {type(self.engine).__name__} does not")
+        return self.cfg.driver == "async" or (self.cfg.driver == "auto" and streams)
+
+    def _run_rounds(self, pending: list[_Req]) -> None:
+        """Every live request in one `generate` call; the next round when all are back."""
         while pending:
-            sp = dataclasses.replace(params, stop_token_ids=stop_ids, seed=params.seed + 1_000_003 * self.rounds)
+            sp = dataclasses.replace(self._sp, seed=self._params.seed + 1_000_003 * self.rounds)
             limits = [self._limit(r) for r in pending]
             kw = {}
             if self.cfg.grammar:
@@ -95,19 +118,57 @@ class RequestExecutor(ExecutorBase):
             outs = self.engine.generate([r.context for r in pending], dataclasses.replace(sp, max_new_tokens=max(limits)),
                                         limits=limits, **kw)
             self.rounds += 1
-            for r, c, lim in zip(pending, outs, limits):
-                r.traj.requests += 1
-                self._check_completion(r, c)
-                r.stalled = c.finish_reason == "length" and len(c.token_ids) < lim
-            if self.cfg.grammar:
-                outs = [self._unspelled(r, c) for r, c in zip(pending, outs)]
-            self._consume(pending, outs)
+            self._returned(pending, outs, limits)
             pending = self._settle()
-        unfinished = [t.index for t in trajs if t.final is None]
-        if unfinished:  # a bug, never a silent loss: name what was left
-            raise RuntimeError(f"request executor stopped with trajectories {unfinished} unfinished")
-        self.redraws = sum(t.redraws for t in trajs)
-        return [self._finish(t, reprefill=True) for t in trajs]
+
+    def _run_async(self, pending: list[_Req]) -> None:
+        """Requests stream through the engine (`submit` / `poll`): the moment one returns, its
+        tokens are consumed and whatever it starts (branches, a join's continuation, a resample) is
+        submitted, while the others keep decoding. `rounds` counts engine steps.
+
+        A trajectory's requests are consumed in the order they finish, not interleaved token by
+        token as in rounds: when a trajectory cap closes it, the tokens kept are those of the requests
+        that finished first (each kept token still sampled in the context its record gives). A request
+        its trajectory has closed meanwhile is aborted in the engine."""
+        inflight: dict[int, tuple[_Req, int]] = {}  # engine key -> (request, its limit)
+        submitted = 0
+
+        def submit(reqs: list[_Req]) -> None:
+            nonlocal submitted
+            busy = {id(r) for r, _ in inflight.values()}
+            for r in reqs:
+                if id(r) in busy:
+                    continue
+                lim = self._limit(r)
+                sp = dataclasses.replace(self._sp, max_new_tokens=lim, seed=self._params.seed + 1_000_003 * submitted)
+                self.engine.submit(submitted, list(r.context), sp, lim, self._grammar(r) if self.cfg.grammar else None)
+                inflight[submitted] = (r, lim)
+                submitted += 1
+
+        submit(pending)
+        while inflight:
+            done = self.engine.poll()
+            self.rounds += 1
+            if not done:
+                continue
+            done = [(k, c) for k, c in done if k in inflight]  # an aborted request may still report
+            back = [inflight.pop(k) for k, _ in done]
+            self._returned([r for r, _ in back], [c for _, c in done], [lim for _, lim in back])
+            submit(self._settle())
+            stale = [k for k, (r, _) in inflight.items() if not self._takes_samples(r)]
+            self.engine.abort(stale)  # closed meanwhile (a cap): its output is no longer wanted
+            for k in stale:
+                inflight.pop(k)
+
+    def _returned(self, reqs: list[_Req], outs: list[Completion], limits: list[int]) -> None:
+        """Completions of `reqs` (asked for `limits` tokens each) are back: check and consume them."""
+        for r, c, lim in zip(reqs, outs, limits):
+            r.traj.requests += 1
+            self._check_completion(r, c)
+            r.stalled = c.finish_reason == "length" and len(c.token_ids) < lim
+        if self.cfg.grammar:
+            outs = [self._unspelled(r, c) for r, c in zip(reqs, outs)]
+        self._consume(reqs, outs)
 
     # ---- one round ----------------------------------------------------------------------------
     def _check_completion(self, r: _Req, c: Completion) -> None:

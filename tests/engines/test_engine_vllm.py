@@ -128,10 +128,11 @@ def test_vllm_object_store_fallback_loads_the_weights(engine, tiny_model_path):
         engine.load_weights(sd)
 
 
+@pytest.mark.parametrize("driver", ["rounds", "async"])
 @pytest.mark.parametrize("fmt", ["parason", "parallel_r1"])
-def test_vllm_executed_mode_rows_reproduce_its_logprobs(engine, tiny_model_path, fmt):
-    """Executed mode on vLLM (the request executor): the threadweaver rows of its records, scored by a
-    transformers forward, give every sampled token the logprob vLLM reported."""
+def test_vllm_executed_mode_rows_reproduce_its_logprobs(engine, tiny_model_path, fmt, driver):
+    """Executed mode on vLLM (the request executor, both drivers): the threadweaver rows of its records,
+    scored by a transformers forward, give every sampled token the logprob vLLM reported."""
     from transformers import AutoModelForCausalLM
 
     from contract import algo
@@ -141,9 +142,10 @@ def test_vllm_executed_mode_rows_reproduce_its_logprobs(engine, tiny_model_path,
     from parallel.requests import RequestExecutor
 
     tok = engine.tokenizer
-    rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", max_branch_tokens=32), fmt)
+    rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", max_branch_tokens=32, driver=driver), fmt)
     prompts = [tok.encode("Q: 3*4+5*6\nA:")] * 8
     res = rx.run(prompts, SamplingParams(max_new_tokens=96, temperature=1.0, seed=3))
+    assert rx.streaming == (driver == "async")
     trajs = [Trajectory(str(i), p, r.token_ids, r.logprobs, r.finish_reason, "", r.record)
              for i, (p, r) in enumerate(zip(prompts, res))]
     batch = build_train_batch("threadweaver", trajs, [1.0] * len(trajs), tok.pad_token_id)
@@ -156,8 +158,9 @@ def test_vllm_executed_mode_rows_reproduce_its_logprobs(engine, tiny_model_path,
     assert torch.allclose(got[mask], batch.old_logprobs[mask], atol=2e-3)
 
 
+@pytest.mark.parametrize("driver", ["rounds", "async"])
 @pytest.mark.parametrize("fmt", ["parason", "parallel_r1"])
-def test_vllm_executed_mode_under_request_grammars(engine, tiny_model_path, fmt):
+def test_vllm_executed_mode_under_request_grammars(engine, tiny_model_path, fmt, driver):
     """Executed mode + grammar on vLLM: each request carries the grammar of what it writes (structured
     outputs per request) and every trajectory parses. vLLM reports logprobs after its grammar mask
     (renormalised over the allowed tokens: log p - log Z, Z <= 1), so each is >= the model's own,
@@ -173,7 +176,8 @@ def test_vllm_executed_mode_under_request_grammars(engine, tiny_model_path, fmt)
     from parallel.requests import RequestExecutor
 
     tok = engine.tokenizer
-    rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", grammar=True, max_branch_tokens=32), fmt)
+    rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", grammar=True, max_branch_tokens=32,
+                                                     driver=driver), fmt)
     prompts = [tok.encode("Q: 3*4+5*6\nA:")] * 8
     res = rx.run(prompts, SamplingParams(max_new_tokens=128, temperature=1.0, seed=4))
     texts = [tok.decode(r.token_ids, skip_special_tokens=False).removesuffix(tok.eos_token) for r in res]
@@ -188,6 +192,58 @@ def test_vllm_executed_mode_under_request_grammars(engine, tiny_model_path, fmt)
     gap = batch.old_logprobs[mask] - got[mask]  # log(1 / Z) per sampled token
     assert gap.min() > -2e-3, f"a masked logprob below the model's own by {-gap.min()}: not renormalised"
     assert gap.max() > 0.1  # the tiny model is far from the format: the mask removes real mass
+
+
+class _Watch:
+    """The real engine, logging at each submit whether a request submitted before the last engine step
+    is still decoding (instrumentation, not a double)."""
+
+    def __init__(self, engine):
+        self.engine, self.steps, self.inflight, self.overlaps, self.generate_calls = engine, 0, {}, [], 0
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def generate(self, *a, **kw):
+        self.generate_calls += 1
+        return self.engine.generate(*a, **kw)
+
+    def submit(self, key, *a, **kw):
+        self.overlaps.append(any(step < self.steps for step in self.inflight.values()))
+        self.inflight[key] = self.steps
+        self.engine.submit(key, *a, **kw)
+
+    def poll(self):
+        done = self.engine.poll()
+        self.steps += 1
+        for k, _ in done:
+            self.inflight.pop(k, None)
+        return done
+
+    def abort(self, keys):
+        for k in keys:
+            self.inflight.pop(k, None)
+        self.engine.abort(keys)
+
+
+def test_vllm_async_driver_starts_requests_while_others_decode(engine):
+    """No rounds: branches and continuations go in while requests submitted earlier still decode (a
+    round would wait for all of them), with no generate call, and every trajectory parses."""
+    from contract.batch import SamplingParams
+    from contract.config import ExecutorConfig
+    from formats import parse
+    from parallel.requests import RequestExecutor
+
+    tok = engine.tokenizer
+    watch = _Watch(engine)
+    rx = RequestExecutor(watch, tok, ExecutorConfig(mode="executed", grammar=True, max_branch_tokens=24), "parallel_r1")
+    prompts = [tok.encode("Q: 3*4+5*6\nA:")] * 6
+    res = rx.run(prompts, SamplingParams(max_new_tokens=96, temperature=1.0, seed=5))
+    assert rx.streaming and watch.generate_calls == 0 and not watch.inflight
+    assert len(watch.overlaps) > len(prompts) and sum(watch.overlaps) > 0, \
+        "every request waited for the engine to drain: that is a round"
+    texts = [tok.decode(r.token_ids, skip_special_tokens=False).removesuffix(tok.eos_token) for r in res]
+    assert all(parse(t, "parallel_r1").ok for t in texts)
 
 
 def test_vllm_grammar_without_recomputed_logprobs_is_refused():

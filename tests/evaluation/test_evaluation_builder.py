@@ -107,3 +107,30 @@ def test_strip_thinking_and_bad_endpoint():
     assert strip_thinking("plain") == "plain"
     with pytest.raises(RuntimeError, match="unreachable"):
         HTTPTeacher("http://127.0.0.1:9", "m", retries=0, timeout_s=2).complete(["x"])
+
+
+def test_cli_builds_from_another_benchmark_with_a_local_teacher(real_data, tiny_model, tmp_path, capsys):
+    """`--benchmark dapo_math_17k --offset 1 --limit 2`: Table 1's second row, through the CLI."""
+    from evaluation.cli import main
+
+    out = tmp_path / "dapo"
+    rc = main(["build-gsm8k", "--model-path", tiny_model, "--benchmark", "dapo_math_17k", "--offset", "1",
+               "--limit", "2", "--max-tokens", "6", "--threads", "1", "--out", str(out)])
+    assert rc == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    dapo = load_benchmark("dapo_math_17k", limit=3)
+    assert sorted(r["uid"] for r in read_records(out / "records.jsonl")) == sorted(p.uid for p in dapo[1:3])
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["benchmark"] == printed["benchmark"] == "dapo_math_17k" and stats["problems"] == 2
+    assert stats["style"] == "parallel" and tiny_model in stats["teacher"]
+
+
+def test_cli_teacher_errors_name_the_flag(tmp_path, capsys):
+    from evaluation.cli import main
+
+    assert main(["build-gsm8k", "--model-path", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--model-path" in err and "no such directory" in err
+    assert main(["build-gsm8k", "--out", str(tmp_path / "o")]) == 2
+    assert "give one teacher" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # refused before anything is written

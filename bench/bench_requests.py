@@ -62,18 +62,25 @@ class Counting:
     def __init__(self, engine):
         self.engine, self.read, self.calls = engine, 0, 0
 
+    def __getattr__(self, name):  # streams, stop_ids, poll, abort: the engine's own
+        return getattr(self.engine, name)
+
     def generate(self, prompts, params, **kw):
         self.read += sum(len(p) for p in prompts)
         self.calls += 1
         return self.engine.generate(prompts, params, **kw)
 
+    def submit(self, key, prompt, *a, **kw):
+        self.read += len(prompt)
+        return self.engine.submit(key, prompt, *a, **kw)
 
-def run_once(engine, tok, problems, dispatch: str, mode: str, grammar: bool = False):
+
+def run_once(engine, tok, problems, dispatch: str, mode: str, grammar: bool = False, driver: str = "rounds"):
     """(wall seconds, executions, engine counter) of one run over `problems`."""
     trees = [parse(p.traces["parason"], "parason").tree for p in problems]
     scripts = [role_scripts(t, "parason", tok) if mode == "executed" else sequential_script(t, "parason", tok)
                for t in trees]
-    cfg = ExecutorConfig(mode=mode, max_branches=8, max_branch_tokens=512, grammar=grammar)
+    cfg = ExecutorConfig(mode=mode, max_branches=8, max_branch_tokens=512, grammar=grammar, driver=driver)
     prompts = [tok.encode(p.prompt) for p in problems]
     params = SamplingParams(max_new_tokens=1024, seed=0)
     counter = Counting(engine)
@@ -83,6 +90,8 @@ def run_once(engine, tok, problems, dispatch: str, mode: str, grammar: bool = Fa
         ex = KVExecutor(engine.model, tok, cfg, "parason", Replay(scripts, tok.eos_token_id))
     t0 = time.perf_counter()
     res = ex.run(prompts, params)
+    if dispatch == "requests" and ex.streaming:
+        counter.calls = ex.rounds  # engine steps: no rounds to count
     return time.perf_counter() - t0, res, counter
 
 
@@ -141,6 +150,53 @@ def bench_batch(engine, tok, problems, B: int, repeat: int, grammar: bool = Fals
     }
 
 
+VLLM_VARIANTS = (("vllm_seq", "requests", "sequential", "async"), ("vllm_exec", "requests", "executed", "async"),
+                 ("vllm_exec_rounds", "requests", "executed", "rounds"))
+KV_VARIANTS = (("kv_seq", "kv", "sequential", "rounds"), ("kv_exec", "kv", "executed", "rounds"))
+
+
+def bench_vllm_batch(vllm_engine, hf_engine, tok, problems, B: int, repeat: int) -> dict:
+    """vLLM (prefix caching, scripts pinned in its workers) with the async driver and with rounds, next
+    to the hf KV executor, on the same trajectories: realisation = wall speed-up / token speed-up."""
+    variants = [(k, vllm_engine, *v) for k, *v in VLLM_VARIANTS] + [(k, hf_engine, *v) for k, *v in KV_VARIANTS]
+    wall, steps, ratios = dict.fromkeys((k for k, *_ in variants), 0.0), {}, []
+    for _, engine, dispatch, mode, driver in variants:  # warm-up, untimed (vLLM's first steps are slow)
+        run_once(engine, tok, problems[:B], dispatch, mode, driver=driver)
+    for i in range(0, len(problems), B):
+        chunk = problems[i:i + B]
+        best, outs = dict.fromkeys(wall, float("inf")), {}
+        for _ in range(repeat):  # alternate, so every variant sees the same load
+            for key, engine, dispatch, mode, driver in variants:
+                t, res, counter = run_once(engine, tok, chunk, dispatch, mode, driver=driver)
+                best[key] = min(best[key], t)
+                outs[key] = (res, counter)
+        texts = {k: [r.token_ids for r in res] for k, (res, _) in outs.items()}
+        assert all(t == texts["kv_exec"] for t in texts.values()), "variants wrote different tokens"
+        for k in wall:
+            wall[k] += best[k]
+        for k in ("vllm_seq", "vllm_exec", "vllm_exec_rounds"):
+            steps[k] = steps.get(k, 0) + outs[k][1].calls
+        prompts = [tok.encode(p.prompt) for p in chunk]
+        ratios += [len(r.token_ids) / (max(r.record.position_ids) + 1 - len(p))
+                   for r, p in zip(outs["kv_exec"][0], prompts)]
+    token_speedup = sum(ratios) / len(ratios)
+
+    def real(seq: str, exe: str) -> float:
+        return round(wall[seq] / wall[exe] / token_speedup, 3)
+
+    return {
+        "batch": B,
+        "token_speedup": round(token_speedup, 3),
+        "vllm_realisation": real("vllm_seq", "vllm_exec"),
+        "vllm_rounds_realisation": real("vllm_seq", "vllm_exec_rounds"),
+        "kv_realisation": real("kv_seq", "kv_exec"),
+        "async_over_rounds": round(wall["vllm_exec_rounds"] / wall["vllm_exec"], 3),
+        "steps_async": steps["vllm_exec"],
+        "calls_rounds": steps["vllm_exec_rounds"],
+        **{f"t_{k}_s": round(v, 3) for k, v in wall.items()},
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=16)
@@ -152,6 +208,9 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--grammar", action="store_true", help="also time executed requests under their grammars")
+    ap.add_argument("--engine", default="hf", choices=("hf", "vllm"),
+                    help="vllm: the vLLM engine (CPU build or GPU), async driver and rounds, next to the hf KV executor")
+    ap.add_argument("--kv-gib", type=int, default=1, help="vLLM on CPU: KV cache GiB")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from engines.hf import HFEngine
@@ -164,12 +223,24 @@ def main() -> None:
     problems = toyworld.generate(args.family, args.n, seed=0, difficulty=args.difficulty)
     print(f"load: {os.getloadavg()}  n={args.n} family={args.family} difficulty={args.difficulty} "
           f"model: hidden={args.hidden} layers={args.layers} threads={args.threads}")
-    rows = [bench_batch(engine, tok, problems, B, args.repeat, args.grammar) for B in args.batch]
+    if args.engine == "vllm":
+        from engines.vllm import VLLMEngine
+
+        dtype = "bfloat16" if torch.cuda.is_available() else "float32"
+        vllm_engine = VLLMEngine(str(path), dtype=dtype, max_batch_size=max(64, 4 * max(args.batch)),
+                                 enforce_eager=True, cpu_kvcache_gib=args.kv_gib, script_processor=True,
+                                 gpu_memory_utilization=0.3)
+        try:
+            rows = [bench_vllm_batch(vllm_engine, engine, tok, problems, B, args.repeat) for B in args.batch]
+        finally:
+            vllm_engine.close()
+    else:
+        rows = [bench_batch(engine, tok, problems, B, args.repeat, args.grammar) for B in args.batch]
     keys = list(rows[0])
     print(" ".join(f"{k:>12.12}" for k in keys))
     for r in rows:
         print(" ".join(f"{r[k]!s:>12.12}" for k in keys))
-    print(json.dumps({"bench": "requests", "threads": args.threads, "load": os.getloadavg(), "n": args.n,
+    print(json.dumps({"bench": "requests", "engine": args.engine, "threads": args.threads, "load": os.getloadavg(), "n": args.n,
                       "family": args.family, "difficulty": args.difficulty, "hidden": args.hidden,
                       "layers": args.layers, "rows": rows}))
 

@@ -54,6 +54,24 @@ class Engine(Protocol):
         """The engine's current weights (tests check weight sync against the learner's)."""
 
 
+class StreamingEngine(Engine, Protocol):
+    """An engine that also takes requests one by one (vLLM): the request executor's async driver
+    (`rollout.executor.driver`) submits each request on its own and polls for finished ones, so a
+    branch that ends early never waits for a round."""
+
+    streams: bool  # True
+
+    def submit(self, key: int, prompt: list[int], params: SamplingParams, limit: int,
+               grammar: str | None = None, processor=None) -> None:
+        """Queue one request under the caller's `key`; `limit` its max new tokens, `grammar` as in generate."""
+
+    def poll(self) -> list[tuple[int, Completion]]:
+        """Advance the engine one step; the (key, completion) of every submitted request that finished."""
+
+    def abort(self, keys: list[int]) -> None:
+        """Drop submitted requests whose output is no longer wanted."""
+
+
 def engine_class(name: str) -> type:
     """The class `ENGINES[name]` names, imported on first use."""
     if name not in ENGINES:

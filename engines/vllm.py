@@ -104,7 +104,7 @@ class VLLMEngine:
                  gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1, seed: int = 0,
                  max_model_len: int | None = None, enable_prefix_caching: bool = True,
                  enforce_eager: bool = False, cpu_kvcache_gib: int = 2, enable_sleep_mode: bool = False,
-                 **_: Any):
+                 script_processor: bool = False, **_: Any):
         import os
 
         import torch
@@ -119,7 +119,10 @@ class VLLMEngine:
                        gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
                        max_num_seqs=max_batch_size, max_model_len=max_model_len, enforce_eager=enforce_eager,
                        enable_sleep_mode=enable_sleep_mode, logprobs_mode="processed_logprobs",
-                       worker_extension_cls="engines.vllm.WeightSyncExtension")
+                       worker_extension_cls="engines.vllm.WeightSyncExtension",
+                       # tests and benchmarks: requests that write a given script (engines/vllm_script.py)
+                       **({"logits_processors": ["engines.vllm_script:ScriptProcessor"]} if script_processor else {}))
+        self.scripted = script_processor
         self.sync_ranks = tensor_parallel_size
         self._cuda = torch.cuda.is_available()
         self.prefix_caching = enable_prefix_caching
@@ -132,11 +135,10 @@ class VLLMEngine:
         request (None: free); `limits` gives each prompt its own max new tokens (the request executor's caps)."""
         from vllm.inputs import TokensPrompt
 
-        if processor is not None:
-            raise NotImplementedError("test processors run on the hf engine; vLLM samples on its own")
         grammars = grammar if isinstance(grammar, list) else [grammar] * len(prompts)
         limits = limits if limits is not None else [params.max_new_tokens] * len(prompts)
-        sps = [self._sampling(params, m, g, params.seed + i) for i, (m, g) in enumerate(zip(limits, grammars))]
+        scripts = self._scripts(processor, len(prompts))
+        sps = [self._sampling(params, m, g, params.seed + i, scripts[i]) for i, (m, g) in enumerate(zip(limits, grammars))]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sps, use_tqdm=False)
         return [self._completion(out) for out in outs]
 
@@ -144,12 +146,12 @@ class VLLMEngine:
     streams = True
 
     def submit(self, key: int, prompt: list[int], params: SamplingParams, limit: int,
-               grammar: str | None = None) -> None:
+               grammar: str | None = None, processor=None) -> None:
         """Queue one request (`key`: the caller's id); it decodes with whatever else is running."""
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
-        sp = self._sampling(params, limit, grammar, params.seed)
+        sp = self._sampling(params, limit, grammar, params.seed, self._scripts(processor, 1)[0])
         sp.output_kind = RequestOutputKind.FINAL_ONLY  # one output per request, when it finishes
         self.llm.llm_engine.add_request(f"parallax-{key}", TokensPrompt(prompt_token_ids=prompt), sp)
 
@@ -166,8 +168,20 @@ class VLLMEngine:
         if keys:
             self.llm.llm_engine.abort_request([f"parallax-{k}" for k in keys])
 
-    def _sampling(self, params: SamplingParams, limit: int, grammar: str | None, seed: int):
+    def _scripts(self, processor, n: int) -> list[list[int] | None]:
+        """A test processor, as vLLM can run one: a script per request (`Replay`), pinned in its workers."""
+        if processor is None:
+            return [None] * n
+        if not (self.scripted and hasattr(processor, "scripts")):
+            raise NotImplementedError("vLLM runs no callback processor: only a script (parallel.replay.Replay) on "
+                                      "an engine built with script_processor=True; other test processors need hf")
+        return processor.scripts
+
+    def _sampling(self, params: SamplingParams, limit: int, grammar: str | None, seed: int,
+                  script: list[int] | None = None):
         from vllm import SamplingParams as VSP
+
+        from engines.vllm_script import KEY
 
         base = {"n": 1, "temperature": 0.0 if params.greedy else params.temperature, "top_p": params.top_p,
                 "stop_token_ids": list(params.stop_token_ids), "logprobs": 0,
@@ -178,6 +192,8 @@ class VLLMEngine:
         # build: a request whose prefill is chunked rewinds its generator's offset, which a CPU generator
         # does not have ("CPU Generator does not use offset", vLLM 0.30); requests there draw from the
         # engine's own stream, seeded once per engine (reproducible for the same sequence of calls).
+        if script is not None:
+            base["extra_args"] = {KEY: script}
         return VSP(seed=seed if self._cuda else None, max_tokens=limit, **base)
 
     @staticmethod

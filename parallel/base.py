@@ -59,6 +59,8 @@ def engine_processor(processor: Processor, views: list[RowView]) -> Callable[[li
         return processor([RowView(v.traj, v.role, v.tokens + g) for v, g in zip(views, generated)], x)
 
     apply.commutes_with_mask = getattr(processor, "commutes_with_mask", False)  # speculative grammar stays exact
+    if hasattr(processor, "script_for"):  # a pure script (Replay): engines that cannot call back take this
+        apply.scripts = [processor.script_for(v) for v in views]
     return apply
 
 

@@ -51,6 +51,11 @@ class Replay:
         st[2] = r.tokens[-1] if r.tokens else None
         return st[0]
 
+    def script_for(self, row: RowView) -> list[int]:
+        """What `row` writes from here on, then EOS: the whole script, for an engine that pins tokens in
+        its own process (vLLM: `engines.vllm_script`). Exact where no grammar mask or ban intervenes."""
+        return self.scripts[row.traj].get(row.role, [])[self._pointer(row):] + [self.eos]
+
     def __call__(self, rows: list[RowView], x: torch.Tensor) -> torch.Tensor:
         out = torch.full_like(x, float("-inf"))  # [S, V]
         for i, r in enumerate(rows):

@@ -99,10 +99,10 @@ class RequestExecutor(ExecutorBase):
     @property
     def streaming(self) -> bool:
         """The async driver is in effect (`ExecutorConfig.driver`)."""
-        streams = getattr(self.engine, "streams", False) and self.processor is None
+        streams = getattr(self.engine, "streams", False)
         if self.cfg.driver == "async" and not streams:
-            raise ValueError("rollout.executor.driver=async needs an engine that streams requests (vllm) and no "
-                             f"test processor; {type(self.engine).__name__} does not")
+            raise ValueError("rollout.executor.driver=async needs an engine that streams requests (vllm); "
+                             f"{type(self.engine).__name__} does not")
         return self.cfg.driver == "async" or (self.cfg.driver == "auto" and streams)
 
     def _run_rounds(self, pending: list[_Req]) -> None:
@@ -141,7 +141,9 @@ class RequestExecutor(ExecutorBase):
                     continue
                 lim = self._limit(r)
                 sp = dataclasses.replace(self._sp, max_new_tokens=lim, seed=self._params.seed + 1_000_003 * submitted)
-                self.engine.submit(submitted, list(r.context), sp, lim, self._grammar(r) if self.cfg.grammar else None)
+                kw = {} if self.processor is None else {"processor": engine_processor(self.processor, [r.view()])}
+                self.engine.submit(submitted, list(r.context), sp, lim, self._grammar(r) if self.cfg.grammar else None,
+                                   **kw)
                 inflight[submitted] = (r, lim)
                 submitted += 1
 

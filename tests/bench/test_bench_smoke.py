@@ -262,3 +262,17 @@ def test_bench_sync():  # no TMPDIR: Ray's socket paths live there (length limit
     assert 0 < rows["collective"]["bytes"] < rows["object_store"]["bytes"], run.why()
     assert rows["collective"]["buckets"] > 1, run.why("1 MiB buckets: the tiny model takes several")
     assert r["object_store_over_collective"] > 0, run.why()
+
+
+@pytest.mark.vllm
+def test_bench_requests_on_vllm(tmp_path):
+    pytest.importorskip("vllm")  # tests/conftest.py: a failure under PARALLAX_REQUIRE_VLLM
+    run = bench("bench_requests.py", "--engine", "vllm", "--n", "2", "--batch", "2", "--repeat", "1",
+                "--difficulty", "1", "--hidden", "32", "--layers", "1", tmp=tmp_path)
+    # The script asserts that vLLM (async and rounds) and the KV executor wrote the same tokens.
+    r = check(run, "requests", ("n", "rows", "engine"))
+    x = r["rows"][0]
+    assert r["engine"] == "vllm" and x["token_speedup"] > 1, run.why("executed mode has no parallel branches")
+    # no rounds: the async driver steps the engine many times, rounds call generate a few
+    assert x["steps_async"] > x["calls_rounds"] >= 2, run.why()
+    assert x["vllm_realisation"] > 0 and x["kv_realisation"] > 0, run.why()

@@ -41,6 +41,15 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         _check(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"unknown dtype {self.dtype!r}")
+        if self.path is not None and self.package is None:
+            import os
+            import re
+
+            path = os.path.expanduser(self.path)
+            _check(not os.path.exists(path) or os.path.isdir(path), "model.path",
+                   f"not a directory: {self.path} (an HF model directory holds config.json)")
+            hub_id = re.fullmatch(r"[\w.-]+/[\w.-]+", self.path) and not self.path.startswith(".")
+            _check(os.path.isdir(path) or bool(hub_id), "model.path", f"no such directory: {self.path}")
         if self.package is not None:
             from models.packaged import PACKAGED
 
@@ -89,7 +98,8 @@ class DataConfig:
     format_options: FormatOptions = field(default_factory=lambda: FormatOptions())
 
     def __post_init__(self) -> None:
-        _check(self.n_train > 0 and self.n_test > 0, "data.n_train/n_test", "must be positive")
+        _check(self.n_train > 0, "data.n_train", "must be positive")
+        _check(self.n_test > 0, "data.n_test", "must be positive")
         levels = [self.difficulty] if isinstance(self.difficulty, int) else list(self.difficulty or [])
         _check(bool(levels) and all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= 7 for d in levels),
                "data.difficulty", f"must be an int in 1..7 or a non-empty list of them, got {self.difficulty!r}")
@@ -157,6 +167,7 @@ class ExecutorConfig:
     def __post_init__(self) -> None:
         _check(self.mode in ("off", "sequential", "executed"), "rollout.executor.mode",
                f"unknown mode {self.mode!r}; valid: off, sequential, executed")
+        _check(self.max_branches >= 1, "rollout.executor.max_branches", "must be >= 1")
         _check(1 <= self.num_paths <= self.max_branches, "rollout.executor.num_paths",
                "need 1 <= num_paths <= max_branches")
         _check(self.max_branch_tokens >= 2, "rollout.executor.max_branch_tokens",
@@ -294,7 +305,8 @@ class LearnerConfig:
         _check(self.num_actors >= 1, "learner.num_actors", "must be >= 1")
         _check(self.sft_pack_length >= 1, "learner.sft_pack_length", "must be >= 1")
         _check(self.zero_stage in (0, 1, 2, 3), "learner.zero_stage", f"must be 0-3, got {self.zero_stage}")
-        _check(self.lr > 0 and self.sft_lr > 0, "learner.lr/sft_lr", "must be > 0")
+        _check(self.lr > 0, "learner.lr", "must be > 0")
+        _check(self.sft_lr > 0, "learner.sft_lr", "must be > 0")
         _check(self.micro_batch_size >= 1, "learner.micro_batch_size", "must be >= 1")
         _check(self.adam_eps > 0, "learner.adam_eps", f"must be > 0, got {self.adam_eps}")
         for key in ("clip_ratio_low", "clip_ratio_high"):
@@ -432,6 +444,9 @@ def validate(cfg: DictConfig) -> ParallaxConfig:
     """
     from omegaconf import OmegaConf
 
+    from contract.ranges import check_keys, check_ranges
+
+    check_keys(cfg, ParallaxConfig)  # a `+group.key=` the schema lacks would be carried and ignored
     try:
         obj = OmegaConf.to_object(cfg)
     except ConfigError:
@@ -439,4 +454,5 @@ def validate(cfg: DictConfig) -> ParallaxConfig:
     except Exception as e:  # OmegaConf type errors: wrong type for a field
         raise ConfigError(f"invalid config: {e}") from e
     assert isinstance(obj, ParallaxConfig)
+    check_ranges(obj)
     return obj

@@ -1,0 +1,126 @@
+"""The config check has no gaps: every numeric field has a range, every field refuses a bad value
+naming its key, and a `+key` the schema does not declare is refused (contract/ranges.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from contract.config import ConfigError, ParallaxConfig, register_configs, validate
+from contract.ranges import RANGES, Range, check_keys, numeric_fields
+
+ROOT = Path(__file__).resolve().parents[2]
+register_configs()
+STAGE = "sft"  # a stage of the default curriculum (parallel_r1_toy)
+
+
+def _validate(*overrides: str):
+    if any(o.startswith(("reward.alpha", "reward.beta", "reward.rho")) for o in overrides):
+        overrides = ("reward.name=pa_grpo", *overrides)  # the shortcuts are PA-GRPO's parameters
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return validate(compose("config", overrides=[*overrides, "run_dir=/tmp/x"]))
+
+
+def test_every_numeric_field_has_a_range_and_no_range_is_stale():
+    fields = set(numeric_fields(ParallaxConfig))
+    assert fields - set(RANGES) == set(), "numeric config fields without a range in contract/ranges.py"
+    assert set(RANGES) - fields == set(), "ranges for fields the schema no longer has"
+
+
+def _override(pattern: str, value) -> str:
+    """The Hydra override that puts `value` where `pattern` points (containers: their first item)."""
+    v = repr(value) if not isinstance(value, float) else ("nan" if value != value else repr(value))
+    if pattern == "learner.betas.*":
+        return f"learner.betas=[{v},0.999]"
+    if pattern == "trainer.eval_budgets.*":
+        return f"trainer.eval_budgets=[{v}]"
+    if pattern == "curriculum.stages.*.schedule.*.cycle.*.steps":
+        return f"curriculum.stages.{STAGE}.schedule=[{{cycle:[{{reward:accuracy,steps:{v}}}]}}]"
+    if pattern.startswith("curriculum.stages.*.schedule.*."):
+        return f"curriculum.stages.{STAGE}.schedule=[{{steps:{v},cycle:[{{reward:accuracy}}]}}]"
+    if pattern.startswith("curriculum.stages.*.until.*."):
+        field = pattern.rsplit(".", 1)[1]
+        item = {"metric": "eval/acc", "value": 0.5, "min_steps": 0, "patience": 1} | {field: v}
+        return f"curriculum.stages.{STAGE}.until=[{{{','.join(f'{k}:{x}' for k, x in item.items())}}}]"
+    key = pattern.replace("curriculum.stages.*.", f"curriculum.stages.{STAGE}.")
+    return f"{'+' if key.startswith('curriculum.stages') or key.startswith('reward.') else ''}{key}={v}"
+
+
+def _named(pattern: str) -> str:
+    """How the error names the key (the real stage / first item instead of `*`)."""
+    return (pattern.replace("curriculum.stages.*", f"curriculum.stages.{STAGE}").replace(".*.", ".0.")
+            .removesuffix(".*") + (".0" if pattern.endswith(".*") else ""))
+
+
+BOUNDED = sorted(k for k, r in RANGES.items() if r != Range())
+
+
+@pytest.mark.parametrize("pattern", BOUNDED)
+def test_every_numeric_field_refuses_an_out_of_range_value(pattern):
+    override = _override(pattern, RANGES[pattern].bad())
+    override = override.replace("+curriculum", "curriculum").replace("+reward.", "reward.")
+    with pytest.raises(ConfigError) as e:
+        _validate(override)
+    msg = str(e.value)
+    # a stage's own checks name the stage ("curriculum.stages: stage 'sft': lr ..."); the rest the full key
+    assert _named(pattern) in msg or (pattern.startswith("curriculum.stages.*.") and f"'{STAGE}'" in msg
+                                      and pattern.rsplit(".", 1)[1] in msg), msg
+
+
+FLOATS = sorted(k for k, t in numeric_fields(ParallaxConfig).items() if t is float)
+
+
+@pytest.mark.parametrize("pattern", FLOATS)
+def test_floats_refuse_nan_and_inf(pattern):
+    for bad in (float("nan"), float("inf")):
+        override = _override(pattern, bad).replace("+curriculum", "curriculum").replace("+reward.", "reward.")
+        with pytest.raises(ConfigError) as e:
+            _validate(override)
+        assert _named(pattern) in str(e.value) or f"'{STAGE}'" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("override,key", [
+    ("+learner.foo=1", "learner.foo"), ("+rollout.vllm.kv_gib=2", "rollout.vllm.kv_gib"),
+    ("+rollout.executor.modes=executed", "rollout.executor.modes"), (f"+curriculum.stages.{STAGE}.lrr=1",
+                                                                     f"curriculum.stages.{STAGE}.lrr"),
+    ("+trainer.eval_limt=3", "trainer.eval_limt")])
+def test_unknown_plus_keys_are_refused(override, key):
+    with pytest.raises(ConfigError, match=f"{key}: unknown key"):
+        _validate(override)
+
+
+def test_unknown_key_error_suggests_the_close_one():
+    with pytest.raises(ConfigError, match=r"did you mean trainer\.eval_limit\?"):
+        _validate("+trainer.eval_limt=3")
+    with pytest.raises(ConfigError, match="unknown key"):
+        check_keys({"learner": {"lr": 1.0, "zz": 2}}, ParallaxConfig)
+
+
+def test_free_form_reward_params_are_the_rewards_to_check():
+    cfg = _validate("reward.name=pa_grpo", "+reward.params.beta_sub=0.2")
+    assert cfg.reward.params["beta_sub"] == 0.2
+
+
+def test_model_path_that_does_not_exist_is_a_plain_error(tmp_path):
+    with pytest.raises(ConfigError, match="model.path: no such directory: /nonexistent"):
+        _validate("model.path=/nonexistent")
+    f = tmp_path / "weights.bin"
+    f.write_bytes(b"x")
+    with pytest.raises(ConfigError, match="model.path: not a directory"):
+        _validate(f"model.path={f}")
+    assert _validate("model.path=Qwen/Qwen3-4B-Base").model.path == "Qwen/Qwen3-4B-Base"  # a hub name
+
+
+def test_the_cli_refuses_before_ray_starts(tmp_path):
+    """The issue's probes, through the real entry point: exit 2, the key named, no Ray, no run dir."""
+    for override, key in [("+learner.foo=1", "learner.foo"), ("learner.ppo_epochs=0", "learner.ppo_epochs"),
+                          ("rollout.temperature=inf", "rollout.temperature"), ("model.path=/nonexistent", "model.path")]:
+        run = tmp_path / key
+        p = subprocess.run([sys.executable, "-m", "orchestrator", override, f"hydra.run.dir={run}"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and f"config error: {key}" in p.stderr, p.stderr[-2000:]
+        assert "ray" not in p.stdout.lower() + p.stderr.lower().replace("parallax", "")

@@ -146,7 +146,7 @@ def check_keys(node: Any, schema: type, prefix: str = "") -> None:
         if kind == "dc":
             check_keys(value, inner, f"{full}.")
         elif kind == "map":
-            for k in value.keys():
+            for k in value:
                 check_keys(value[k], inner, f"{full}.{k}.")
         elif kind == "list":
             for i, item in enumerate(value):

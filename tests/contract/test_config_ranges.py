@@ -3,6 +3,7 @@ naming its key, and a `+key` the schema does not declare is refused (contract/ra
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +34,7 @@ def test_every_numeric_field_has_a_range_and_no_range_is_stale():
 
 def _override(pattern: str, value) -> str:
     """The Hydra override that puts `value` where `pattern` points (containers: their first item)."""
-    v = repr(value) if not isinstance(value, float) else ("nan" if value != value else repr(value))
+    v = repr(value) if not isinstance(value, float) else ("nan" if math.isnan(value) else repr(value))
     if pattern == "learner.betas.*":
         return f"learner.betas=[{v},0.999]"
     if pattern == "trainer.eval_budgets.*":
@@ -47,7 +48,7 @@ def _override(pattern: str, value) -> str:
         item = {"metric": "eval/acc", "value": 0.5, "min_steps": 0, "patience": 1} | {field: v}
         return f"curriculum.stages.{STAGE}.until=[{{{','.join(f'{k}:{x}' for k, x in item.items())}}}]"
     key = pattern.replace("curriculum.stages.*.", f"curriculum.stages.{STAGE}.")
-    return f"{'+' if key.startswith('curriculum.stages') or key.startswith('reward.') else ''}{key}={v}"
+    return f"{'+' if key.startswith(('curriculum.stages', 'reward.')) else ''}{key}={v}"
 
 
 def _named(pattern: str) -> str:
@@ -120,7 +121,7 @@ def test_the_cli_refuses_before_ray_starts(tmp_path):
     for override, key in [("+learner.foo=1", "learner.foo"), ("learner.ppo_epochs=0", "learner.ppo_epochs"),
                           ("rollout.temperature=inf", "rollout.temperature"), ("model.path=/nonexistent", "model.path")]:
         run = tmp_path / key
-        p = subprocess.run([sys.executable, "-m", "orchestrator", override, f"hydra.run.dir={run}"], cwd=ROOT,
+        p = subprocess.run([sys.executable, "-m", "orchestrator", override, f"hydra.run.dir={run}"], cwd=ROOT, check=False,
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 2 and f"config error: {key}" in p.stderr, p.stderr[-2000:]
         assert "ray" not in p.stdout.lower() + p.stderr.lower().replace("parallax", "")

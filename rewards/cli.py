@@ -39,7 +39,7 @@ from rewards.api import analysis_options, score_samples
 from rewards.pool import TimeoutPool
 from rewards.registry import get_reward, make_params, reward_names
 from rewards.types import RewardContext
-from rewards.verify import slow_verify
+from rewards.verify import preload_modules, slow_verify
 
 __all__ = ["group_rows", "main", "parse_kv", "read_groups"]
 
@@ -111,7 +111,9 @@ def _score(args: argparse.Namespace, out: TextIO) -> int:
     groups, rows = group_rows(read_rows(args.file), args.text_field, args.answer_field, args.group_field)
     opts = analysis_options(args.reward, params)
     results: dict[int, dict[str, Any]] = {}
-    with TimeoutPool(slow_verify, workers=args.workers, timeout_s=args.timeout) as pool:
+    # the verifier's imports happen before any item's clock starts (a cold verl import is 5-8 s)
+    with TimeoutPool(slow_verify, workers=args.workers, timeout_s=args.timeout,
+                     preload=preload_modules({params.verifier})) as pool:
         for idx in groups.values():
             gold = str(rows[idx[0]].get("answer", ""))
             samples = analyze_group([rows[i]["text"] for i in idx], gold, opts, pool)

@@ -2,7 +2,10 @@
 
 ``concurrent.futures`` cannot stop a running task, and sympy can spin in C code
 (``9^9^9^9``) where no signal handler runs.  Here every item runs in a worker process;
-an item past its deadline gets its worker killed and replaced, and comes back as
+a worker first imports ``preload`` and reports ready, and an item's deadline starts only when a
+ready worker takes it, so imports (verl's DAPO scorer: 5-8 s, more under load) are never charged
+to an item; a worker that timed out is replaced by a warm one (forked from the server that preloaded
+them).  An item past its deadline gets its worker killed and replaced, and comes back as
 ``Outcome(ok=False, reason="timeout")``.  A worker that dies (segfault, out-of-memory
 kill, ``RLIMIT_AS``) gives ``reason="crash"``; an exception raised by the function gives
 ``reason="exception"``.  The caller never sees an exception from an item.
@@ -16,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing as mp
 import time
 from collections.abc import Callable, Iterable
@@ -36,7 +40,14 @@ class Outcome:
     detail: str = ""
 
 
-def _worker_main(conn: Connection, fn: Callable[..., Any], max_memory_mb: int | None) -> None:
+READY = "ready"
+
+
+def _worker_main(conn: Connection, fn: Callable[..., Any], max_memory_mb: int | None,
+                 preload: tuple[str, ...] = ()) -> None:
+    for name in preload:  # forkserver: already imported by the server, so a no-op; spawn: paid here
+        importlib.import_module(name)
+    conn.send(READY)
     if max_memory_mb:
         import resource
 
@@ -63,13 +74,15 @@ def _worker_main(conn: Connection, fn: Callable[..., Any], max_memory_mb: int | 
 
 
 class _Worker:
-    def __init__(self, ctx: Any, fn: Callable[..., Any], max_memory_mb: int | None) -> None:
+    def __init__(self, ctx: Any, fn: Callable[..., Any], max_memory_mb: int | None, preload: tuple[str, ...]) -> None:
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, fn, max_memory_mb), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, fn, max_memory_mb, preload), daemon=True)
         self.proc.start()
         child.close()
         self.idx: int | None = None
         self.deadline = 0.0
+        self.ready = False
+        self.started = time.monotonic()
 
     def kill(self) -> None:
         self.proc.kill()
@@ -96,20 +109,42 @@ class TimeoutPool:
         start_method: str = "forkserver",
         preload: Iterable[str] = ("rewards.verify", "math_verify"),
         max_memory_mb: int | None = 4096,
+        ready_timeout_s: float = 300.0,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         self.fn, self.n, self.timeout_s, self.max_memory_mb = fn, workers, timeout_s, max_memory_mb
+        self.preload, self.ready_timeout_s = tuple(preload), ready_timeout_s
         self._ctx = mp.get_context(start_method)
         if start_method == "forkserver":
-            self._ctx.set_forkserver_preload(list(preload))
+            self._ctx.set_forkserver_preload(list(self.preload))
         self._workers: list[_Worker] = []
         self.restarts = 0
 
     def _spawn(self) -> _Worker:
-        return _Worker(self._ctx, self.fn, self.max_memory_mb)
+        return _Worker(self._ctx, self.fn, self.max_memory_mb, self.preload)
+
+    def _await_ready(self) -> None:
+        """Block until every worker has imported `preload` (never charged to an item); a worker that
+        cannot start in `ready_timeout_s` (or dies starting) is an error naming what it imports."""
+        while starting := [w for w in self._workers if not w.ready]:
+            left = min(w.started for w in starting) + self.ready_timeout_s - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"reward pool: a worker was not ready after {self.ready_timeout_s:g} s "
+                                   f"(importing {', '.join(self.preload) or 'nothing'}); is the machine overloaded?")
+            for conn in wait([w.conn for w in starting], timeout=left):
+                w = next(x for x in starting if x.conn is conn)
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    w.proc.join(timeout=1)
+                    raise RuntimeError(f"reward pool: a worker died starting (exit code {w.proc.exitcode}) while "
+                                       f"importing {', '.join(self.preload)}") from None
+                if msg != READY:
+                    raise RuntimeError(f"reward pool: a starting worker sent {msg!r}")
+                w.ready = True
 
     def _ensure(self) -> None:
         while len(self._workers) < self.n:
@@ -127,6 +162,8 @@ class TimeoutPool:
         todo = list(range(len(items)))[::-1]  # a stack: pop() yields items in order
         busy: dict[Connection, _Worker] = {}
         while todo or busy:
+            if todo:
+                self._await_ready()  # replacements too: the next item's clock starts on a warm worker
             for w in self._workers:  # hand out work to idle workers
                 if w.idx is None and todo:
                     i = todo.pop()

@@ -34,7 +34,7 @@ from rewards.api import analysis_options, score_samples
 from rewards.pool import TimeoutPool
 from rewards.registry import RewardSpec
 from rewards.types import GroupScore, RewardContext, Sample
-from rewards.verify import slow_verify
+from rewards.verify import preload_modules, slow_verify
 
 __all__ = ["RewardBatch", "RewardGroup", "RewardScorer"]
 
@@ -107,9 +107,25 @@ class RewardScorer:
 
     @property
     def pool(self) -> TimeoutPool:
-        if self._pool is None:  # lazy: format-only rewards never start processes
-            self._pool = TimeoutPool(slow_verify, **self._pool_args)
+        return self._pool_for(self.spec.resolve()[1].verifier)
+
+    def _pool_for(self, verifier: str) -> TimeoutPool:
+        """The verification pool, its workers warm for `verifier` (a pool started for another one is
+        replaced once by one that preloads both); lazy: format-only rewards never start processes."""
+        want = preload_modules({verifier})
+        if self._pool is not None and not set(want) <= set(self._pool.preload):
+            have = self._pool.preload
+            self._pool.close()
+            self._pool, want = None, tuple(dict.fromkeys(have + want))
+        if self._pool is None:
+            self._pool = TimeoutPool(slow_verify, preload=want, **self._pool_args)
         return self._pool
+
+    # A step where more than this share of the answers sent to verification timed out (and at least
+    # MIN_TIMEOUTS of them: a few hostile answers in a small batch are expected) fails, rather than
+    # train on the timeouts' zero / -1 rewards.
+    MAX_TIMEOUT_SHARE = 0.5
+    MIN_TIMEOUTS = 8
 
     def _analyse(self, groups: list[RewardGroup], opts) -> list[list[Sample]]:
         """Steps 1-2: fast analysis here, slow verification in the pool."""
@@ -130,7 +146,14 @@ class RewardScorer:
             out.append(row)
         if jobs:
             flat = [out[gi][si] for gi, si in where]
-            apply_slow(flat, jobs, run_slow(jobs, self.pool))
+            outcomes = run_slow(jobs, self._pool_for(opts.verifier))
+            timeouts = sum(o.reason == "timeout" for o in outcomes)
+            if timeouts >= self.MIN_TIMEOUTS and timeouts > self.MAX_TIMEOUT_SHARE * len(jobs):
+                raise RuntimeError(
+                    f"reward: {timeouts} of {len(jobs)} answers timed out in verification ({opts.verifier}, "
+                    f"{self._pool_args['timeout_s']:g} s each); refusing to train on them. Raise reward.timeout_s, "
+                    "or lower the load on the reward actors' CPUs")
+            apply_slow(flat, jobs, outcomes)
             for (gi, si), s in zip(where, flat):
                 out[gi][si] = s
         return out
@@ -183,6 +206,7 @@ class RewardScorer:
             for k, v in sc.components.items():
                 sums[f"reward/{k}"] += sum(v)
         metrics = {k: v / n for k, v in sums.items()} if n else {}
+        metrics["reward/timeouts"] = float(errors.get("timeout", 0))  # every step, 0 included
         metrics.update(timing)
         err = {f"reward/errors/{k}": v for k, v in sorted(errors.items())}
         metrics.update({k: float(v) for k, v in err.items()})

@@ -78,3 +78,48 @@ def test_format_only_reward_starts_no_processes():
     assert out.rewards == [[1.0, 0.0, 1.0]]
     assert w._pool is None  # nothing needed verification
     w.close()
+
+
+def _burn(stop_at: float) -> None:
+    while time.time() < stop_at:
+        pass
+
+
+def test_dapo_verifier_scores_correctly_on_busy_cores():
+    """The issue's probe: DAPO's verifier at a 3 s timeout while every core is busy. verl's import
+    (5-8 s, slower under load) happens before any item's clock starts, so nothing times out."""
+    import multiprocessing as mp
+    import os
+
+    from rewards.scorer import RewardScorer
+
+    stop = time.time() + 120
+    burners = [mp.get_context("spawn").Process(target=_burn, args=(stop,), daemon=True)
+               for _ in range(2 * (os.cpu_count() or 2))]
+    for p in burners:
+        p.start()
+    scorer = RewardScorer("accuracy", {"verifier": "dapo"}, workers=2, timeout_s=3.0)
+    try:
+        texts = ["Answer: 4", "So the answer is Answer: 5", "Answer: 4", "no answer here", "Answer: 4"]
+        out = scorer.score([{"texts": texts, "ground_truth": "4"}, {"texts": ["Answer: 12"], "ground_truth": "12"}])
+        assert out.correct == [[True, False, True, False, True], [True]]
+        assert out.metrics["reward/timeouts"] == 0.0 and not out.errors
+        assert "verl.utils.reward_score.math_dapo" in scorer.pool.preload
+    finally:
+        scorer.close()
+        for p in burners:
+            p.kill()
+
+
+def test_a_step_where_most_answers_time_out_fails_loudly():
+    from rewards.scorer import RewardScorer
+
+    scorer = RewardScorer("accuracy", workers=2, timeout_s=0.5)
+    try:
+        towers = ["\\boxed{9^{9^{9^{9}}}}"] * 9 + ["#### 1"]
+        with pytest.raises(RuntimeError, match=r"9 of 9 answers timed out .*reward\.timeout_s"):
+            scorer.score([{"texts": towers, "ground_truth": "1"}])
+        ok = scorer.score([{"texts": ["#### 1", "\\boxed{9^{9^{9^{9}}}}"], "ground_truth": "1"}])
+        assert ok.correct == [[True, False]] and ok.metrics["reward/timeouts"] in (0.0, 1.0)
+    finally:
+        scorer.close()

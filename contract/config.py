@@ -344,6 +344,9 @@ class TrainerConfig:
     eval_limit: int = 64
     # Save a checkpoint every N steps (0: only at the end of each stage).
     save_every: int = 0
+    # Also save once this many minutes have passed since the last save (0: off), so a lost run costs
+    # minutes, not a stage, whatever a step takes.
+    save_every_min: float = 10.0
     # Keep the newest N complete checkpoints and delete older ones after each save (0: keep all).
     # The one `latest` names is never deleted. A SmolLM2-135M checkpoint with its optimizer is ~2 GB.
     keep_checkpoints: int = 0

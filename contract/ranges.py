@@ -93,7 +93,7 @@ RANGES: dict[str, Range] = {
     # trainer
     "trainer.sft_batch_size": COUNT, "trainer.prompts_per_step": COUNT, "trainer.eval_samples": NONNEG,
     "trainer.eval_budgets.*": COUNT, "trainer.eval_every": NONNEG, "trainer.eval_limit": COUNT,
-    "trainer.save_every": NONNEG, "trainer.keep_checkpoints": NONNEG, "trainer.seed": SEED,
+    "trainer.save_every": NONNEG, "trainer.save_every_min": NONNEG, "trainer.keep_checkpoints": NONNEG, "trainer.seed": SEED,
     # curriculum
     "curriculum.stages.*.steps": NONNEG, "curriculum.stages.*.epochs": gt(0), "curriculum.stages.*.batch_size": COUNT,
     "curriculum.stages.*.rollout_n": COUNT, "curriculum.stages.*.lr": gt(0), "curriculum.stages.*.weight_decay": NONNEG,

@@ -1,11 +1,18 @@
-"""Atomic checkpoints: write everything into a temporary directory, then rename.
+"""Verified, atomic checkpoints: write everything into a temporary directory, then rename.
 
 A crash mid-write leaves the previous checkpoint intact and a `*.tmp` directory that the
 next save removes; `latest` is a small file naming the newest complete checkpoint.
+
+Every checkpoint ends with `manifest.json` (written last, atomically, inside the temporary
+directory): the step, the config's hash, and each file's size and sha256. Resume verifies it:
+`resume=auto` takes the run's newest checkpoint that verifies, whatever `latest` says, says which
+damaged ones it passed over and why (the file, and what is wrong with it), and never looks outside
+the run it is pointed at; `resume=PATH` refuses a damaged checkpoint, naming the file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -13,10 +20,75 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+MANIFEST = "manifest.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be resumed from; the message names the file."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_manifest(ckpt: Path, step: int, config_hash: str = "") -> dict[str, Any]:
+    """Sizes and sha256 of every file under `ckpt`, the step and the config hash; atomically, last."""
+    files = {str(p.relative_to(ckpt)): {"size": p.stat().st_size, "sha256": _sha256(p)}
+             for p in sorted(ckpt.rglob("*")) if p.is_file() and p.name not in (MANIFEST, MANIFEST + ".tmp")}
+    manifest = {"step": step, "config_hash": config_hash, "files": files}
+    tmp = ckpt / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, ckpt / MANIFEST)
+    return manifest
+
+
+def verify_checkpoint(ckpt: Path) -> dict[str, Any]:
+    """The checkpoint's manifest once every file matches it; CheckpointError naming the first that does not."""
+    mpath = ckpt / MANIFEST
+    if not mpath.is_file():
+        raise CheckpointError(f"{mpath}: missing (the write was cut short, or an older Parallax wrote it)")
+    try:
+        manifest = json.loads(mpath.read_text())
+        files = manifest["files"]
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{mpath}: unreadable ({type(e).__name__})") from None
+    for rel, want in files.items():
+        f = ckpt / rel
+        if not f.is_file():
+            raise CheckpointError(f"{f}: missing")
+        size = f.stat().st_size
+        if size != want["size"]:
+            raise CheckpointError(f"{f}: {size} bytes, the manifest says {want['size']} (truncated or replaced)")
+        if _sha256(f) != want["sha256"]:
+            raise CheckpointError(f"{f}: content differs from the manifest's sha256 (damaged)")
+    return manifest
+
+
+def saved_config_hash(ckpt: Path) -> str | None:
+    """The config hash the manifest recorded (None: no manifest, or none recorded)."""
+    try:
+        return json.loads((ckpt / MANIFEST).read_text()).get("config_hash") or None
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def read_state(ckpt: Path) -> dict[str, Any]:
+    """trainer_state.json, or CheckpointError naming it."""
+    path = ckpt / "trainer_state.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
+
 
 def save_checkpoint(root: Path, step: int, write: Callable[[Path], None], state: dict[str, Any],
-                    keep: int = 0) -> Path:
-    """`write(tmp_dir)` fills the directory (model, optimizer); `state` goes to trainer_state.json.
+                    keep: int = 0, config_hash: str = "") -> Path:
+    """`write(tmp_dir)` fills the directory (model, optimizer); `state` goes to trainer_state.json,
+    then the manifest (`write_manifest`), then the directory is renamed into place.
 
     `keep` > 0 then deletes all but the newest `keep` complete checkpoints; only after `latest`
     names the new one, so a crash at any point leaves at least one complete checkpoint.
@@ -28,6 +100,7 @@ def save_checkpoint(root: Path, step: int, write: Callable[[Path], None], state:
     tmp.mkdir()
     write(tmp)
     (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
+    write_manifest(tmp, step, config_hash)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -58,33 +131,48 @@ def latest_checkpoint(root: Path) -> Path | None:
     return path if (path / "trainer_state.json").exists() else None
 
 
-def resolve_auto_run_dir(run_dir: Path) -> Path:
-    """`resume=auto`: keep `run_dir` if it has a checkpoint, else continue the newest sibling run that has one.
+def _step_dirs(root: Path) -> list[Path]:
+    """Renamed-into-place `step_*` directories, newest first (a `*.tmp` one never finished)."""
+    dirs = [d for d in root.glob("step_*") if d.is_dir() and not d.name.endswith(".tmp")]
+    return sorted(dirs, key=lambda d: d.name, reverse=True)
 
-    Hydra gives every launch a fresh timestamped directory; "continue the latest run" means
-    writing on into the newest run directory beside it that holds a complete checkpoint.
+
+def find_resume_checkpoint(resume: str, run_dir: Path, log: Callable[[str], None] = print) -> Path | None:
+    """never -> None; auto -> this run's newest verified checkpoint (None, said, when it has none);
+    a path -> that checkpoint, verified.
+
+    `auto` ignores `latest` (missing, stale or pointing back), passes over damaged checkpoints
+    saying why, and fails when every checkpoint there is damaged rather than start over silently.
     """
-    if latest_checkpoint(run_dir / "checkpoints"):
-        return run_dir
-    parent = run_dir.parent
-    candidates = [d for d in parent.iterdir() if d.is_dir() and d != run_dir and latest_checkpoint(d / "checkpoints")]
-    if not candidates:
-        return run_dir
-    newest = max(candidates, key=lambda d: (d / "checkpoints" / "latest").stat().st_mtime)
-    if run_dir.exists() and not any(run_dir.iterdir()):
-        run_dir.rmdir()  # the empty directory Hydra just made for this launch
-    return newest
-
-
-def find_resume_checkpoint(resume: str, run_dir: Path) -> Path | None:
-    """never -> None; auto -> the run's latest checkpoint (or None); a path -> that checkpoint (must exist)."""
     if resume == "never":
         return None
     if resume == "auto":
-        return latest_checkpoint(run_dir / "checkpoints")
+        root = run_dir / "checkpoints"
+        dirs = _step_dirs(root) if root.is_dir() else []
+        refused = []
+        for d in dirs:
+            try:
+                verify_checkpoint(d)
+                read_state(d)
+            except CheckpointError as e:
+                refused.append(str(e))
+                log(f"resume=auto: passing over {d.name}: {e}")
+                continue
+            if refused:
+                log(f"resume=auto: falling back to {d.name}, the newest checkpoint that verifies")
+            return d
+        if refused:
+            raise CheckpointError(f"resume=auto: no checkpoint in {root} verifies: " + "; ".join(refused))
+        log(f"resume=auto: {run_dir} has no checkpoint yet; starting from the beginning")
+        return None
     path = Path(resume)
-    if not (path / "trainer_state.json").exists():
-        raise FileNotFoundError(f"resume={resume}: no complete checkpoint there (trainer_state.json missing)")
+    if not path.is_dir():
+        raise FileNotFoundError(f"resume={resume}: no such checkpoint directory")
+    if (path / MANIFEST).exists() or not (path / "trainer_state.json").exists():
+        verify_checkpoint(path)
+    else:
+        log(f"resume={resume}: no {MANIFEST} (written before checkpoints were verified); loading it unverified")
+    read_state(path)
     return path
 
 

@@ -23,8 +23,9 @@ from curricula import Curriculum, Stage
 from layouts import Layout, get_layout
 from orchestrator.checkpoint import (
     find_resume_checkpoint,
-    resolve_auto_run_dir,
+    read_state,
     save_checkpoint,
+    saved_config_hash,
     truncate_metrics,
 )
 from orchestrator.data import StageStreams, benchmark_prompts, load_problems, to_prompts, tokenizer_corpus
@@ -112,14 +113,16 @@ class Trainer:
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
+            # verified before anything starts: a damaged checkpoint is named, the previous good one taken
+            ckpt = find_resume_checkpoint(cfg.resume, self.run_dir)
             self._prepare(cfg)
-        except (ValueError, FileNotFoundError, RuntimeError) as e:
+        except (ValueError, FileNotFoundError, RuntimeError) as e:  # CheckpointError included
             raise SetupError(str(e)) from e
         start_cluster(cfg.cluster)
         self.groups: Groups = build_groups(cfg, self.model_path, self.run_dir.name)
         self.stage_table: list[dict[str, Any]] = []
-        ckpt = find_resume_checkpoint(cfg.resume, self.run_dir)
         state = self._restore(ckpt) if ckpt else {}
+        self._saved_at = time.monotonic()  # trainer.save_every_min counts from here
         self.logger = Logger(cfg.logging, self.run_dir, _plain(cfg), self.curriculum.total_steps,
                              run_id=state.get("wandb_run_id"), start=self.curriculum.global_step)
 
@@ -158,7 +161,8 @@ class Trainer:
                     if stage.kind == "sft":  # SFT does not sync every step: give the engines the weights
                         self.groups.sync.push(self.groups.learner, self.groups.rollout)
                     self.logger.log(self.evaluate(), step + 1, advance=False)
-                if self.cfg.trainer.save_every and (step + 1) % self.cfg.trainer.save_every == 0:
+                every, minutes = self.cfg.trainer.save_every, self.cfg.trainer.save_every_min
+                if (every and (step + 1) % every == 0) or (minutes and time.monotonic() - self._saved_at >= 60 * minutes):
                     self.save()
         return self.finish()
 
@@ -320,8 +324,9 @@ class Trainer:
         state = {"curriculum": self.curriculum.state_dict(), "wandb_run_id": self.logger.run_id,
                  "global_step": self.curriculum.global_step, "consumed": self.data.consumed,
                  "stage_table": self.stage_table}
+        self._saved_at = time.monotonic()
         return save_checkpoint(self.run_dir / "checkpoints", self.curriculum.global_step, write, state,
-                               keep=self.cfg.trainer.keep_checkpoints)
+                               keep=self.cfg.trainer.keep_checkpoints, config_hash=config_hash(self.cfg))
 
     def _restore(self, ckpt: Path) -> dict[str, Any]:
         """Continue from a checkpoint: weights, optimizer, curriculum, data position, W&B run.
@@ -329,7 +334,11 @@ class Trainer:
         Sampling seeds derive from the global step and the data iterators from the config seed,
         so a resumed run draws the same prompts and samples as an uninterrupted one.
         """
-        state = json.loads((ckpt / "trainer_state.json").read_text())
+        state = read_state(ckpt)
+        saved = saved_config_hash(ckpt)
+        if saved and saved != config_hash(self.cfg):
+            print(f"resume: the config differs from the one {ckpt.name} was written with (overrides changed); "
+                  "continuing with the new one")
         self.curriculum.load_state_dict(state["curriculum"])
         self.data.fast_forward(state["consumed"], {s.name: s for s in self.curriculum.stages})
         self.stage_table = list(state["stage_table"])
@@ -374,10 +383,16 @@ def _plain(cfg: ParallaxConfig) -> dict[str, Any]:
     return json.loads(json.dumps(asdict(cfg), default=str))
 
 
+def config_hash(cfg: ParallaxConfig) -> str:
+    """sha256 of the config without where the run lives and how it was started (run_dir, resume)."""
+    import hashlib
+
+    plain = {k: v for k, v in _plain(cfg).items() if k not in ("run_dir", "resume")}
+    return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def run(cfg: ParallaxConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
-    if cfg.resume == "auto":
-        cfg.run_dir = str(resolve_auto_run_dir(Path(cfg.run_dir)))
     trainer = Trainer(cfg)
     summary = trainer.fit()
     summary["wall_time_s"] = time.perf_counter() - t0

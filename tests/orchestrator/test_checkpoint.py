@@ -51,3 +51,123 @@ def test_a_failed_write_keeps_the_previous_checkpoint(tmp_path):
         save_checkpoint(root, 2, broken, {"global_step": 2}, keep=1)
     assert latest_checkpoint(root).name == "step_000001"
     assert (root / "step_000001" / "weights.bin").exists()
+
+
+# ---- verified checkpoints and resume=auto (the probes) ----------------------------------
+from orchestrator.checkpoint import (
+    CheckpointError,
+    find_resume_checkpoint,
+    read_state,
+    verify_checkpoint,
+)
+
+
+def _model(tmp):
+    (tmp / "model").mkdir()
+    (tmp / "model" / "model.safetensors").write_bytes(bytes(range(256)) * 1024)  # 256 KiB
+    (tmp / "training_state").mkdir()
+    (tmp / "training_state" / "mp_rank_00_model_states.pt").write_bytes(b"\x01" * 300_000)
+
+
+def _run(tmp_path, steps=(2, 4, 6), name="run"):
+    run = tmp_path / name
+    for s in steps:
+        save_checkpoint(run / "checkpoints", s, _model, {"global_step": s}, config_hash="abc")
+    return run
+
+
+def test_every_checkpoint_has_a_manifest_that_verifies(tmp_path):
+    run = _run(tmp_path, steps=(3,))
+    m = verify_checkpoint(run / "checkpoints" / "step_000003")
+    assert m["step"] == 3 and m["config_hash"] == "abc"
+    assert set(m["files"]) == {"model/model.safetensors", "training_state/mp_rank_00_model_states.pt",
+                               "trainer_state.json"}
+    assert m["files"]["model/model.safetensors"]["size"] == 256 * 1024
+
+
+@pytest.mark.parametrize("damage,what", [
+    ("zeros", "content differs"), ("ff", "content differs"), ("truncate", "bytes, the manifest says"),
+    ("delete", "missing")])
+def test_damage_is_named_and_auto_falls_back_to_the_previous_good_one(tmp_path, damage, what):
+    run = _run(tmp_path)
+    target = run / "checkpoints" / "step_000006" / "training_state" / "mp_rank_00_model_states.pt"
+    data = bytearray(target.read_bytes())
+    if damage == "zeros":  # the probe: 256 KiB of zeros written into the model states
+        data[1000:1000 + 256 * 1024] = bytes(256 * 1024)
+        target.write_bytes(bytes(data[:len(target.read_bytes())]))
+    elif damage == "ff":
+        data[:4096] = b"\xff" * 4096
+        target.write_bytes(bytes(data))
+    elif damage == "truncate":
+        target.write_bytes(bytes(data[:1000]))
+    else:
+        target.unlink()
+    with pytest.raises(CheckpointError, match=what) as e:
+        verify_checkpoint(target.parents[1])
+    assert str(target) in str(e.value)
+    said = []
+    got = find_resume_checkpoint("auto", run, log=said.append)
+    assert got.name == "step_000004"
+    assert any("passing over step_000006" in s and "mp_rank_00_model_states.pt" in s for s in said)
+    assert any("falling back to step_000004" in s for s in said)
+    with pytest.raises(CheckpointError, match="mp_rank_00_model_states.pt"):  # a path given: refused
+        find_resume_checkpoint(str(target.parents[1]), run, log=said.append)
+
+
+def test_a_truncated_trainer_state_is_named(tmp_path):
+    run = _run(tmp_path, steps=(2,))
+    state = run / "checkpoints" / "step_000002" / "trainer_state.json"
+    state.write_text(state.read_text()[:5])
+    with pytest.raises(CheckpointError, match="trainer_state.json"):
+        verify_checkpoint(state.parent)
+    # the manifest's own check caught it; without it, reading the state names the file too
+    with pytest.raises(CheckpointError, match=f"{state}: unreadable"):
+        read_state(state.parent)
+
+
+@pytest.mark.parametrize("latest", ["missing", "stale", "older", "garbage"])
+def test_auto_takes_the_newest_verified_step_whatever_latest_says(tmp_path, latest):
+    run = _run(tmp_path)
+    marker = run / "checkpoints" / "latest"
+    if latest == "missing":
+        marker.unlink()
+    elif latest == "stale":
+        marker.write_text("step_000099")
+    elif latest == "older":
+        marker.write_text("step_000002")
+    else:
+        marker.write_bytes(b"\x00\xff")
+    assert find_resume_checkpoint("auto", run, log=lambda s: None).name == "step_000006"
+
+
+def test_auto_never_continues_another_run_and_says_when_there_is_nothing(tmp_path):
+    _run(tmp_path, name="sibling")  # a complete run beside this one
+    mine = tmp_path / "mine"
+    (mine / "checkpoints" / "step_000002.tmp").mkdir(parents=True)  # a crash before the first latest
+    said = []
+    assert find_resume_checkpoint("auto", mine, log=said.append) is None
+    assert said and "has no checkpoint yet" in said[0]
+    assert sorted(p.name for p in (tmp_path / "sibling" / "checkpoints").glob("step_*")) == \
+        ["step_000002", "step_000004", "step_000006"]  # untouched
+
+
+def test_auto_fails_when_every_checkpoint_is_damaged(tmp_path):
+    run = _run(tmp_path, steps=(2,))
+    (run / "checkpoints" / "step_000002" / "model" / "model.safetensors").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="no checkpoint in .* verifies"):
+        find_resume_checkpoint("auto", run, log=lambda s: None)
+
+
+def test_the_cli_refuses_a_damaged_run_before_ray_starts(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = _run(tmp_path, steps=(2,))
+    (run / "checkpoints" / "step_000002" / "model" / "model.safetensors").write_bytes(b"\x00")
+    p = subprocess.run([sys.executable, "-m", "orchestrator", "+experiment=smoke", f"hydra.run.dir={run}",
+                        "resume=auto"], cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
+                       timeout=300, check=False)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "setup error: resume=auto: no checkpoint" in p.stderr and "model.safetensors" in p.stderr
+    assert not (run / "metrics.jsonl").exists()  # nothing ran, nothing written

@@ -67,8 +67,15 @@ def _rows(path: str, keep_empty: bool) -> Iterator[Row]:
         for i, obj in enumerate(pq.read_table(path).to_pylist(), 1):
             yield Row(i, _plain(obj))
         return
-    if path.endswith(".json"):
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if path.endswith(".json"):  # one document: an error in it is the file's, named
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: not UTF-8 at byte {e.start} ({e.reason})") from None
+        except RecursionError:
+            raise ValueError(f"{path}: not readable JSON (nested too deeply)") from None
+        except ValueError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
         items = data if isinstance(data, list) else data.get("data", []) if isinstance(data, dict) else []
         for i, obj in enumerate(items, 1):
             yield Row(i, obj) if isinstance(obj, dict) else Row(i, None, "not_object",

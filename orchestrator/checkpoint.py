@@ -12,6 +12,7 @@ the run it is pointed at; `resume=PATH` refuses a damaged checkpoint, naming the
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -98,9 +99,17 @@ def save_checkpoint(root: Path, step: int, write: Callable[[Path], None], state:
     tmp = root / f"step_{step:06d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    write(tmp)
-    (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
-    write_manifest(tmp, step, config_hash)
+    try:
+        write(tmp)
+        (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
+        write_manifest(tmp, step, config_hash)
+    except Exception as e:
+        shutil.rmtree(tmp, ignore_errors=True)  # free what the failed write took; the previous one stays
+        if _out_of_space(e):
+            free = shutil.disk_usage(root).free / 2**20
+            raise OSError(errno.ENOSPC, f"no space left on device writing checkpoint {final.name} in {root} "
+                          f"({free:.0f} MiB free); the previous checkpoint is intact") from e
+        raise
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -110,6 +119,13 @@ def save_checkpoint(root: Path, step: int, write: Callable[[Path], None], state:
     if keep:
         prune_checkpoints(root, keep)
     return final
+
+
+def _out_of_space(e: BaseException) -> bool:
+    """ENOSPC, however it surfaced: an OSError, or torch's C++ stream error ("basic_ios::clear: iostream
+    error") from inside a Ray actor."""
+    text = str(e)
+    return getattr(e, "errno", None) == errno.ENOSPC or "No space left" in text or "iostream error" in text
 
 
 def prune_checkpoints(root: Path, keep: int) -> list[Path]:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 
-from toyworld.generate import generate
+from toyworld.generate import iter_problems
 from toyworld.problem import FAMILIES, MAX_DIFFICULTY
 
 
@@ -38,8 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.n < 0:
         parser.error("-n must be >= 0")
-    for p in generate(args.family, args.n, args.seed, args.difficulty):
-        sys.stdout.write(json.dumps(dataclasses.asdict(p)) + "\n")
+    try:
+        for p in iter_problems(args.family, args.n, args.seed, args.difficulty):  # streamed: constant memory
+            sys.stdout.write(json.dumps(dataclasses.asdict(p)) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the reader left; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

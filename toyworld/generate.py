@@ -115,9 +115,14 @@ def generate(family: str, n: int, seed: int, difficulty: Difficulty = 1) -> list
     >>> [p.family for p in ps], ps[0].traces["serial"].endswith(" #### " + ps[0].answer)
     (['subtask', 'trial'], True)
     """
+    return list(iter_problems(family, n, seed, difficulty))
+
+
+def iter_problems(family: str, n: int, seed: int, difficulty: Difficulty = 1) -> Iterator[Problem]:
+    """The problems of :func:`generate`, one at a time (constant memory: `toyworld sample` streams them)."""
     _check_count("n", n)
     stream = _stream(family, random.Random(f"toyworld/{family}/{seed}"), difficulty, f"{family}-s{seed}")
-    return [next(stream)[0] for _ in range(n)]
+    return (next(stream)[0] for _ in range(n))
 
 
 def _take(

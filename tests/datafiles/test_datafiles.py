@@ -68,3 +68,22 @@ def test_the_real_verl_parquet_reads_as_plain_rows(sample):
     assert "Summary" in text_of(field(first, "prompt"))  # the paper's instruction text
     assert field(first, "reward_model.ground_truth") == "196"
     assert find_field(first, ("text", "output")) == "output" and "</Parallel>" in first["output"]
+
+
+def test_a_json_document_that_cannot_be_read_is_named(tmp_path):
+    """A .json file is one document: too deep, not UTF-8 or not JSON is an error naming the file
+    (a JSONL file gets one bad row per line instead)."""
+    from datafiles import read_rows
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match=f"{deep}: not readable JSON \\(nested too deeply\\)"):
+        list(read_rows(deep))
+    raw = tmp_path / "latin1.json"
+    raw.write_bytes(b'[{"text": "caf\xe9"}]')
+    with pytest.raises(ValueError, match=f"{raw}: not UTF-8 at byte 14"):
+        list(read_rows(raw))
+    cut = tmp_path / "cut.json"
+    cut.write_text('[{"text": "a"')
+    with pytest.raises(ValueError, match=f"{cut}: not valid JSON"):
+        list(read_rows(cut))

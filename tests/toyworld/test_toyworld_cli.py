@@ -39,3 +39,17 @@ def test_sample_rejects_bad_difficulty_with_a_message():
     out = _run("sample", "--difficulty", "0")
     assert out.returncode != 0
     assert "difficulty must be in 1..7" in out.stderr
+
+
+def test_sample_streams_a_huge_n_in_constant_memory():
+    """`-n 100000000` prints its first lines at once and stops cleanly when the reader leaves; before,
+    it built the whole list first (past 1.28 GB, nothing printed)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "toyworld", "sample", "-n", "100000000"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lines = [proc.stdout.readline() for _ in range(3)]
+    proc.stdout.close()  # the reader leaves, as `| head -3` does
+    assert proc.wait(timeout=30) == 0, proc.stderr.read()[-1000:]
+    assert proc.stderr.read() == b""
+    first = [json.loads(x) for x in lines]
+    assert first == [dataclasses.asdict(p) for p in toyworld.generate("mixed", 3, 0)]

@@ -62,6 +62,23 @@ class ActorGroup:
             for i in range(count)
         ]
 
+    def wait_ready(self, timeout_s: float, hint: str = "") -> None:
+        """Block until every actor's constructor has returned. One that raised fails here, naming its
+        role and rank; one still starting after `timeout_s` is an error naming it (never a silent hang)."""
+        refs = {a.__ray_ready__.remote(): i for i, a in enumerate(self.actors)}
+        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as e:
+                lines = [x for x in str(e).strip().splitlines() if x.strip()]
+                raise RuntimeError(f"{self.role} actor {refs[ref]} failed to start: {lines[-1] if lines else e}\n{e}") \
+                    from None
+        if pending:
+            ranks = sorted(refs[r] for r in pending)
+            raise RuntimeError(f"{self.role} actor(s) {ranks} not started after {timeout_s:g} s "
+                               f"(cluster.start_timeout_s){': ' + hint if hint else ''}")
+
     def async_call(self, method: str, *args, **kwargs) -> list[ray.ObjectRef]:
         """The same call on every actor."""
         return [getattr(a, method).remote(*args, **kwargs) for a in self.actors]

@@ -79,6 +79,9 @@ class LearnerWorker:
                           LOCAL_RANK="0", WORLD_SIZE=str(world_size))
         torch.set_num_threads(cfg.torch_threads)
         torch.manual_seed(seed)
+        from actors.locks import clear_stale_build_locks
+
+        clear_stale_build_locks()  # else a build killed earlier makes DeepSpeed's op build wait forever
         import deepspeed
         from transformers import AutoModelForCausalLM
 

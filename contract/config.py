@@ -374,6 +374,9 @@ class ClusterConfig:
     # The dashboard binds to loopback only; tunnel with `ssh -L 8265:127.0.0.1:8265` to watch remotely.
     dashboard_host: str = "127.0.0.1"
     placement_strategy: str = "PACK"
+    # Seconds every actor may take to start (model load, engine start, DeepSpeed's first op build);
+    # past it the run fails naming the actor, never a silent hang.
+    start_timeout_s: float = 1200.0
 
     def __post_init__(self) -> None:
         _check(self.num_cpus >= 1, "cluster.num_cpus", "must be >= 1")

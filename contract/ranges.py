@@ -102,7 +102,7 @@ RANGES: dict[str, Range] = {
     "curriculum.stages.*.until.*.value": Range(), "curriculum.stages.*.until.*.min_steps": NONNEG,
     "curriculum.stages.*.until.*.patience": COUNT,
     # cluster, logging, scale
-    "cluster.num_cpus": COUNT, "logging.print_every": COUNT,
+    "cluster.num_cpus": COUNT, "cluster.start_timeout_s": gt(0), "logging.print_every": COUNT,
     "scale.max_stage_steps": NONNEG, "scale.max_prompts": NONNEG, "scale.max_sft_batch": NONNEG,
     "scale.max_rollout_n": NONNEG,
 }

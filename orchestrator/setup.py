@@ -15,6 +15,7 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors.group import BundleSpec, LearnerGroup, RewardActorGroup, RolloutGroup, reserve
+from actors.locks import extensions_dir
 from actors.weight_sync import WeightSync, make_weight_sync
 from contract.config import ClusterConfig, ParallaxConfig
 
@@ -103,4 +104,10 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
     reward = RewardActorGroup(
         "reward", RewardWorker, w.num_actors, pg, off["reward"], w.num_cpus, 0.0,
         lambda i: {"reward": w.name, "params": dict(w.params), "workers": 1, "timeout_s": w.timeout_s}, prefix)
+    # every constructor returned, or an error naming the actor: the first call never waits on a dead one
+    timeout = cfg.cluster.start_timeout_s
+    rollout.wait_ready(timeout, "model load and engine start-up (vLLM: KV cache allocation, warm-up)")
+    reward.wait_ready(timeout)
+    learner.wait_ready(timeout, f"model load, DeepSpeed init; a torch extension build lock left by a killed run "
+                       f"waits up to 300 s before it is cleared ({extensions_dir()}/*/*/lock)")
     return Groups(rollout, reward, learner, sync, pg)

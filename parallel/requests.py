@@ -62,6 +62,8 @@ class _Req(Chain):
     tail: str = ""  # grammar on: trailing text that could be the start of a tag spelled in pieces
     close_after: bool = False  # close the branch once this round's kept tokens are consumed
     stalled: bool = False  # the engine returned fewer tokens than asked, with "length": it cannot go on
+    held: list = dataclasses.field(default_factory=list)  # grammar on: (token, logprob) that may begin a tag
+    held_tail: str = ""  # `tail` before the first held token
 
 
 class RequestExecutor(ExecutorBase):
@@ -166,10 +168,15 @@ class RequestExecutor(ExecutorBase):
         """Completions of `reqs` (asked for `limits` tokens each) are back: check and consume them."""
         for r, c, lim in zip(reqs, outs, limits):
             r.traj.requests += 1
-            self._check_completion(r, c)
+            if not self.cfg.grammar:
+                self._check_completion(r, c)
             r.stalled = c.finish_reason == "length" and len(c.token_ids) < lim
         if self.cfg.grammar:
+            # under a grammar a tag stop is a stop *string*, which a tag spelled in pieces also matches:
+            # `_unspelled` cuts that; what is left must hold its stop token
             outs = [self._unspelled(r, c) for r, c in zip(reqs, outs)]
+            for r, c in zip(reqs, outs):
+                self._check_completion(r, c)
         self._consume(reqs, outs)
 
     # ---- one round ----------------------------------------------------------------------------
@@ -192,6 +199,8 @@ class RequestExecutor(ExecutorBase):
                     if i < len(c.token_ids) and self._takes_samples(r):
                         self._take(r, c.token_ids[i], c.logprobs[i])
         for r in reqs:
+            if r.held:  # held at the end of its completion, or when a cap closed it: never written (a cut)
+                r.held, r.tail = [], r.held_tail
             r.cut = False  # a cut lasts for the rest of its completion only
             if r.close_after and r.live:  # a spelled tag refused too often: close the branch after the kept tokens
                 r.tracker.start_closing(whole_request=False)
@@ -230,6 +239,20 @@ class RequestExecutor(ExecutorBase):
 
     def _take(self, r: _Req, tok: int, logprob: float) -> None:
         """A sampled token of request `r`."""
+        if self.cfg.grammar and tok not in self._tag_set and tok not in self._stops:
+            pending = self.spec.pending_tag(r.tail + self._text(tok))
+            if pending:  # may be the start of a tag spelled in pieces: held, not yet written
+                if not r.held:
+                    r.held_tail = r.tail
+                r.held.append((tok, logprob))
+                r.tail = pending
+                return
+        if r.held:  # it did not become a tag: text, sampled where it stands; written now
+            held, r.held, r.tail = r.held, [], r.held_tail
+            for t, lp in held:
+                self._emit(r, t, lp)
+                if not self._takes_samples(r):  # a cap closed it part-way: the rest is dropped
+                    return
         if tok in self._stops:
             if r.tracker.in_main_text:
                 self._emit(r, tok, logprob)
@@ -253,11 +276,12 @@ class RequestExecutor(ExecutorBase):
         see it. The request resamples from the cut (rejection, as for a banned tag)."""
         tail, begin = r.tail, (0 if r.tail else None)  # begin: first token of the pending prefix
         for i, tok in enumerate(c.token_ids):
-            if tok in self._tag_set:
-                tail, begin = "", None
+            if tok in self._tag_set and not tail:
                 continue
-            text = self._text(tok)
-            if any(t in tail + text for t in self.spec.tags):
+            text = "" if tok in self._tag_set else self._text(tok)
+            # a tag spelled out, or a tag token right after the start of one in pieces ("<Subtask" +
+            # <Subtask>: text where only tags may stand)
+            if tok in self._tag_set or any(t in tail + text for t in self.spec.tags):
                 r.refused += 1
                 r.traj.redraws += 1
                 r.close_after = self._params.greedy or r.refused > MAX_REDRAWS  # once its kept tokens are in
@@ -265,6 +289,15 @@ class RequestExecutor(ExecutorBase):
                 return Completion(c.token_ids[:cut], c.logprobs[:cut], "length")
             tail = self.spec.pending_tag(tail + text)
             begin = None if not tail else (i if len(tail) <= len(text) else begin)
+        if tail and c.finish_reason == "length" and begin is not None:
+            # The completion stopped at its limit part-way through what may become a tag. Kept, it
+            # would be text the closing tags of a cap land after ("<Outl" + "<Outlines>": malformed).
+            # Dropped, the request redraws from there (a fresh draw from the same context, so the text
+            # keeps the model's distribution); counted as a redraw so the branch still ends.
+            r.refused += 1
+            r.traj.redraws += 1
+            r.close_after = self._params.greedy or r.refused > MAX_REDRAWS
+            return Completion(c.token_ids[:begin], c.logprobs[:begin], "length")
         return c
 
     def _text(self, tok: int) -> str:

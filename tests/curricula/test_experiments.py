@@ -12,7 +12,7 @@ from contract.config import ConfigError, register_configs, validate
 CONF = Path(__file__).resolve().parents[2] / "conf"
 PAPER = sorted(p.stem for p in (CONF / "experiment" / "paper").glob("*.yaml"))
 # experiments on a real pretrained model and real data (the others: the tiny model on the toy world)
-REAL = ["smollm2_gsm8k"]
+REAL = {"smollm2_gsm8k": "hf", "smollm2_study": "vllm"}  # real-model experiments -> rollout engine
 CPU = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem not in REAL)
 ISSUE_EXPERIMENTS = ["grpo_baseline", "parallel_r1_scaffold", "parallel_r1_seen", "parallel_r1_seen_no_stage1",
                      "parallel_r1_unseen_s1", "parallel_r1_unseen_s2", "parason_pa_grpo", "parason_sft"]
@@ -83,11 +83,13 @@ def test_cpu_scale_composes_and_is_small(name):
         assert [s.reward_names() for s in cur.stages] == [s.reward_names() for s in paper_cur.stages]
 
 
-@pytest.mark.parametrize("name", REAL)
+@pytest.mark.parametrize("name", sorted(REAL))
 def test_real_model_experiments_compose_on_cpu(name):
     cfg = _compose(f"+experiment={name}")
     cur = cfg.curriculum.build(cfg.reward)
-    assert cfg.model.package == "smollm2_135m" and cfg.rollout.engine == "hf"
+    assert cfg.model.package == "smollm2_135m" and cfg.rollout.engine == REAL[name]
+    if REAL[name] == "vllm":  # vLLM's CPU build: eager, a CPU KV cache
+        assert cfg.rollout.vllm.enforce_eager and cfg.rollout.vllm.cpu_kvcache_gib >= 1
     assert [s.data for s in cur.stages] == ["parallel_gsm8k", "gsm8k_train"]  # real data in every stage
     assert cfg.learner.sft_lr <= 1e-4 and cfg.learner.lr <= 1e-4  # rates a pretrained model survives
 

@@ -169,14 +169,16 @@ def test_a_real_pretrained_model_trains_on_real_data(tmp_path):
 
 
 @pytest.mark.parametrize("override,message", [
-    ("model.path=/nonexistent/model", "model.path='/nonexistent/model': no such model directory"),
-    ("curriculum.stages.rl.data=/nonexistent/prompts.jsonl", "curriculum.stages.rl.data='/nonexistent/prompts.jsonl'"),
-    ("curriculum.stages.rl.data=gsm9k", "curriculum.stages.rl.data='gsm9k': unknown benchmark 'gsm9k'"),
-    ("trainer.eval_data=[gsm8k,amc24]", "trainer.eval_data: 'amc24': unknown benchmark"),
+    # a path that is not a directory is refused with the config, before anything is loaded
+    ("model.path=/nonexistent/model", "config error: model.path: no such directory: /nonexistent/model"),
+    ("curriculum.stages.rl.data=/nonexistent/prompts.jsonl",
+     "setup error: curriculum.stages.rl.data='/nonexistent/prompts.jsonl'"),
+    ("curriculum.stages.rl.data=gsm9k", "setup error: curriculum.stages.rl.data='gsm9k': unknown benchmark 'gsm9k'"),
+    ("trainer.eval_data=[gsm8k,amc24]", "setup error: trainer.eval_data: 'amc24': unknown benchmark"),
 ])
 def test_a_missing_model_or_dataset_is_a_setup_error_before_ray(tmp_path, override, message):
     cmd = [sys.executable, "-m", "orchestrator", "+experiment=smoke", f"hydra.run.dir={tmp_path}", override]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 2, out.stderr[-2000:]
-    assert "parallax: setup error: " + message in out.stderr, out.stderr[-2000:]
+    assert "parallax: " + message in out.stderr, out.stderr[-2000:]
     assert "Started a local Ray instance" not in out.stdout + out.stderr and "Traceback" not in out.stderr

@@ -120,8 +120,8 @@ class VLLMEngine:
                        max_num_seqs=max_batch_size, max_model_len=max_model_len, enforce_eager=enforce_eager,
                        enable_sleep_mode=enable_sleep_mode, logprobs_mode="processed_logprobs",
                        worker_extension_cls="engines.vllm.WeightSyncExtension",
-                       # tests and benchmarks: requests that write a given script (engines/vllm_script.py)
-                       **({"logits_processors": ["engines.vllm_script:ScriptProcessor"]} if script_processor else {}))
+                       # tests and benchmarks: requests that write a given script (engines/script_vllm.py)
+                       **({"logits_processors": ["engines.script_vllm:ScriptProcessor"]} if script_processor else {}))
         self.scripted = script_processor
         self.sync_ranks = tensor_parallel_size
         self._cuda = torch.cuda.is_available()
@@ -181,7 +181,7 @@ class VLLMEngine:
                   script: list[int] | None = None):
         from vllm import SamplingParams as VSP
 
-        from engines.vllm_script import KEY
+        from engines.script_vllm import KEY
 
         base = {"n": 1, "temperature": 0.0 if params.greedy else params.temperature, "top_p": params.top_p,
                 "stop_token_ids": list(params.stop_token_ids), "logprobs": 0,

@@ -53,7 +53,7 @@ class Replay:
 
     def script_for(self, row: RowView) -> list[int]:
         """What `row` writes from here on, then EOS: the whole script, for an engine that pins tokens in
-        its own process (vLLM: `engines.vllm_script`). Exact where no grammar mask or ban intervenes."""
+        its own process (vLLM: `engines.script_vllm`). Exact where no grammar mask or ban intervenes."""
         return self.scripts[row.traj].get(row.role, [])[self._pointer(row):] + [self.eos]
 
     def __call__(self, rows: list[RowView], x: torch.Tensor) -> torch.Tensor:

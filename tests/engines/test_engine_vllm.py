@@ -233,7 +233,7 @@ class _Watch:
 def test_vllm_async_driver_starts_requests_while_others_decode(engine):
     """No rounds: branches and continuations go in while requests submitted earlier still decode (a
     round would wait for all of them), with no generate call. Toy-world teacher traces pinned in vLLM's
-    workers (`engines/vllm_script.py`) make the forks certain; every trajectory is its trace."""
+    workers (`engines/script_vllm.py`) make the forks certain; every trajectory is its trace."""
     import toyworld
     from contract.batch import SamplingParams
     from contract.config import ExecutorConfig

@@ -4,7 +4,7 @@ The vLLM counterpart of `parallel.replay.Replay` on the hf engine: vLLM runs log
 worker process, so a request carries its script (`SamplingParams.extra_args["parallax_script"]`: the
 tokens it must write, the last one its stop) and this processor pins the next one at every step; the
 model forward, KV cache, prefix caching and scheduling stay vLLM's own. Loaded by vLLM through
-`VLLMEngine(script_processor=True)` (`logits_processors=["engines.vllm_script:ScriptProcessor"]`).
+`VLLMEngine(script_processor=True)` (`logits_processors=["engines.script_vllm:ScriptProcessor"]`).
 """
 
 from __future__ import annotations

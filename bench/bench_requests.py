@@ -41,6 +41,7 @@ import os
 import sys
 import tempfile
 import time
+from functools import partial
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -95,6 +96,20 @@ def run_once(engine, tok, problems, dispatch: str, mode: str, grammar: bool = Fa
     return time.perf_counter() - t0, res, counter
 
 
+def time_variants(runs: dict, repeat: int) -> tuple[dict, dict]:
+    """Best wall time and last (executions, counter) of each `run_once` partial, alternating per repeat
+    so every variant sees the same load; every variant must write the KV executor's tokens."""
+    best, outs = dict.fromkeys(runs, float("inf")), {}
+    for _ in range(repeat):
+        for key, run in runs.items():
+            t, res, counter = run()
+            best[key] = min(best[key], t)
+            outs[key] = (res, counter)
+    texts = {k: [r.token_ids for r in res] for k, (res, _) in outs.items()}
+    assert all(t == texts["kv_exec"] for t in texts.values()), "variants wrote different tokens"
+    return best, outs
+
+
 VARIANTS = (("req_seq", "requests", "sequential", False), ("req_exec", "requests", "executed", False),
             ("kv_exec", "kv", "executed", False))
 GRAMMAR = (("req_exec_grammar", "requests", "executed", True),)
@@ -107,14 +122,8 @@ def bench_batch(engine, tok, problems, B: int, repeat: int, grammar: bool = Fals
     learner = {"threadweaver": 0, "structured": 0}
     for i in range(0, len(problems), B):
         chunk = problems[i:i + B]
-        best, outs = dict.fromkeys(wall, float("inf")), {}
-        for _ in range(repeat):  # alternate, so every variant sees the same load
-            for key, dispatch, mode, constrained in variants:
-                t, res, counter = run_once(engine, tok, chunk, dispatch, mode, constrained)
-                best[key] = min(best[key], t)
-                outs[key] = (res, counter)
-        texts = {k: [r.token_ids for r in res] for k, (res, _) in outs.items()}
-        assert all(t == texts["kv_exec"] for t in texts.values()), "variants wrote different tokens"
+        best, outs = time_variants({key: partial(run_once, engine, tok, chunk, dispatch, mode, constrained)
+                                    for key, dispatch, mode, constrained in variants}, repeat)
         for k in wall:
             wall[k] += best[k]
         for k in calls:
@@ -164,14 +173,8 @@ def bench_vllm_batch(vllm_engine, hf_engine, tok, problems, B: int, repeat: int)
         run_once(engine, tok, problems[:B], dispatch, mode, driver=driver)
     for i in range(0, len(problems), B):
         chunk = problems[i:i + B]
-        best, outs = dict.fromkeys(wall, float("inf")), {}
-        for _ in range(repeat):  # alternate, so every variant sees the same load
-            for key, engine, dispatch, mode, driver in variants:
-                t, res, counter = run_once(engine, tok, chunk, dispatch, mode, driver=driver)
-                best[key] = min(best[key], t)
-                outs[key] = (res, counter)
-        texts = {k: [r.token_ids for r in res] for k, (res, _) in outs.items()}
-        assert all(t == texts["kv_exec"] for t in texts.values()), "variants wrote different tokens"
+        best, outs = time_variants({key: partial(run_once, engine, tok, chunk, dispatch, mode, driver=driver)
+                                    for key, engine, dispatch, mode, driver in variants}, repeat)
         for k in wall:
             wall[k] += best[k]
         for k in ("vllm_seq", "vllm_exec", "vllm_exec_rounds"):

@@ -74,9 +74,17 @@ class LearnerWorker:
     """Plain class; `actors/group.py` applies ray.remote. Rank 0 serves weights and checkpoints."""
 
     def __init__(self, cfg: LearnerConfig, model_path: str, dtype: str, rank: int, world_size: int,
-                 master_addr: str, master_port: int, seed: int = 0):
-        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank),
+                 init_method: str, master_port: int, seed: int = 0):
+        from engines.collective import loopback_only
+
+        # init_method: file:// when every rank is on one node (no store socket; gloo on loopback),
+        # tcp://ip:port across nodes. MASTER_* also name DeepSpeed's shared-memory segments.
+        local = loopback_only(init_method)
+        master = "127.0.0.1" if local else init_method.removeprefix("tcp://").rpartition(":")[0]
+        os.environ.update(MASTER_ADDR=master, MASTER_PORT=str(master_port), RANK=str(rank),
                           LOCAL_RANK="0", WORLD_SIZE=str(world_size))
+        if local:
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         torch.set_num_threads(cfg.torch_threads)
         torch.manual_seed(seed)
         from actors.locks import clear_stale_build_locks
@@ -86,7 +94,8 @@ class LearnerWorker:
         from transformers import AutoModelForCausalLM
 
         backend = "nccl" if torch.cuda.is_available() else "gloo"
-        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, init_method=init_method,
+                                   rank=rank, world_size=world_size)
         self.cfg, self.rank, self.world = cfg, rank, world_size
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
         if cfg.gradient_checkpointing:
@@ -207,7 +216,7 @@ class LearnerWorker:
         with self._full_weights() as state:
             return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
-    def open_sync(self, host: str, port: int, world_size: int, backend: str, timeout_s: float,
+    def open_sync(self, address: str, world_size: int, backend: str, timeout_s: float,
                   bucket_bytes: int) -> dict | None:
         """Join the weight-sync group as its rank 0 (learner rank 0 only; the others gather under ZeRO-3).
         Returns the bucket plan every receiver follows, in wire form (`engines.collective`)."""
@@ -217,8 +226,18 @@ class LearnerWorker:
             if self.rank != 0:
                 return None
             self._sync_plan = plan_for(state, bucket_bytes)
-        self._sync = SyncGroup(host, port, 0, world_size, backend, timeout_s)
+        self.close_sync()
+        self._sync = SyncGroup(address, 0, world_size, backend, timeout_s)
         return plan_to_wire(self._sync_plan)
+
+    def close_sync(self) -> None:
+        """Leave the weight-sync group (rank 0; a new group forms after an engine was lost)."""
+        if getattr(self, "_sync", None) is not None:
+            self._sync.close()
+        self._sync = None
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def send_weights(self) -> dict[str, float] | None:
         """Broadcast the current weights over the sync group (rank 0; every rank joins the ZeRO-3 gather)."""

@@ -81,8 +81,17 @@ class RolloutWorker:
     def sync_ranks(self) -> int:
         return self.engine.sync_ranks
 
-    def open_sync(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
-        self.engine.open_sync(host, port, rank, world_size, backend, timeout_s)
+    def open_sync(self, address: str, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
+        self.engine.open_sync(address, rank, world_size, backend, timeout_s)
+
+    def close_sync(self) -> None:
+        self.engine.close_sync()
+
+    def pid(self) -> int:
+        """This actor's process id (fault-injection tests kill it; the dashboard shows it too)."""
+        import os
+
+        return os.getpid()
 
     def receive_weights(self, plan: dict) -> int:
         return self.engine.receive_weights(plan)

@@ -14,6 +14,7 @@ Every push returns its figures (`sync/bytes`, `sync/buckets`), and waits at most
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import ray
@@ -25,6 +26,9 @@ from contract.engine import WeightSyncConfig
 class WeightSync(Protocol):
     def push(self, learners: LearnerGroup, rollouts: RolloutGroup) -> dict[str, float]:
         """Make every rollout engine's weights equal the learners' current weights; its figures."""
+
+    def reset(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
+        """Forget the members (a rollout actor was lost and restarted): the next push reaches them all anew."""
 
 
 def _wait(refs: dict[str, list[ray.ObjectRef]], timeout_s: float, what: str) -> dict[str, list]:
@@ -43,6 +47,9 @@ class ObjectStoreSync:
     def __init__(self, timeout_s: float = 300.0):
         self.timeout_s = timeout_s
 
+    def reset(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
+        """Nothing to dissolve: every push reaches each engine on its own."""
+
     def push(self, learners: LearnerGroup, rollouts: RolloutGroup) -> dict[str, float]:
         state_ref = learners.async_state_dict()
         got = _wait({"rollout": rollouts.async_load_weights(state_ref)}, self.timeout_s, "object store")
@@ -50,24 +57,41 @@ class ObjectStoreSync:
 
 
 class CollectiveSync:
-    def __init__(self, cfg: WeightSyncConfig, host: str, port: int, gpus: bool):
-        self.cfg, self.host, self.port = cfg, host, port
+    """`store` gives a fresh rendezvous address (`engines.collective.open_store`) each time the group
+    forms: on the first push, and after `reset` (an engine was lost and restarted)."""
+
+    def __init__(self, cfg: WeightSyncConfig, store: Callable[[], str], gpus: bool):
+        self.cfg, self.store = cfg, store
         self.backend = cfg.backend if cfg.backend != "auto" else ("nccl" if gpus else "gloo")
         self.plan_ref: ray.ObjectRef | None = None
+        self.address = ""
 
     def _open(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
         ranks = _wait({"rollout": rollouts.async_call("sync_ranks")}, self.cfg.timeout_s, "sizing")["rollout"]
         world = 1 + sum(ranks)
-        args = (self.host, self.port)
-        refs = {"learner": learners.async_call("open_sync", *args, world, self.backend, self.cfg.timeout_s,
+        self.address = address = self.store()
+        refs = {"learner": learners.async_call("open_sync", address, world, self.backend, self.cfg.timeout_s,
                                                self.cfg.bucket_mb << 20)}
         first = 1
         for i, (actor, n) in enumerate(zip(rollouts.actors, ranks)):
-            refs[f"rollout_{i}"] = [actor.open_sync.remote(*args, first, world, self.backend, self.cfg.timeout_s)]
+            refs[f"rollout_{i}"] = [actor.open_sync.remote(address, first, world, self.backend, self.cfg.timeout_s)]
             first += n
-        got = _wait(refs, self.cfg.timeout_s, f"opening a {self.backend} group of {world} ranks at "
-                                              f"{self.host}:{self.port}")
+        got = _wait(refs, self.cfg.timeout_s, f"opening a {self.backend} group of {world} ranks at {address}")
         self.plan_ref = ray.put(got["learner"][0])
+
+    def reset(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
+        """Dissolve the group (a member was lost): every member that is still there leaves it, and the
+        next push forms a new one with a fresh store, the restarted engine included."""
+        if self.plan_ref is None:
+            return
+        self.plan_ref = None
+        refs = learners.async_call("close_sync") + rollouts.async_call("close_sync")
+        ray.wait(refs, num_returns=len(refs), timeout=self.cfg.timeout_s)
+        for ref in refs:  # a member that died with the group has nothing to leave
+            try:
+                ray.get(ref, timeout=0)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                pass
 
     def push(self, learners: LearnerGroup, rollouts: RolloutGroup) -> dict[str, float]:
         if self.plan_ref is None:
@@ -82,10 +106,12 @@ class CollectiveSync:
         return stats
 
 
-def make_weight_sync(cfg: WeightSyncConfig, host: str = "", port: int = 0, gpus: bool = False) -> WeightSync:
-    """The configured path; `host:port` is where the collective group's store listens (learner rank 0's node)."""
+def make_weight_sync(cfg: WeightSyncConfig, store: Callable[[], str] | None = None, gpus: bool = False) -> WeightSync:
+    """The configured path; `store` gives the collective group's rendezvous address (on learner rank 0's node)."""
     if cfg.method == "object_store":
         return ObjectStoreSync(cfg.timeout_s)
     if cfg.method == "collective":
-        return CollectiveSync(cfg, host, port, gpus)
+        if store is None:
+            raise ValueError("the collective weight sync needs a rendezvous store (orchestrator.setup.build_groups)")
+        return CollectiveSync(cfg, store, gpus)
     raise ValueError(f"unknown weight sync {cfg.method!r}; valid: collective, object_store")

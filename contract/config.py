@@ -374,6 +374,9 @@ class ClusterConfig:
     # The dashboard binds to loopback only; tunnel with `ssh -L 8265:127.0.0.1:8265` to watch remotely.
     dashboard_host: str = "127.0.0.1"
     placement_strategy: str = "PACK"
+    # A local cluster binds every Ray port to 127.0.0.1 (nothing reachable from the network); false
+    # binds the node's address, to attach other machines to it. Ignored with `address`.
+    loopback: bool = True
     # Seconds every actor may take to start (model load, engine start, DeepSpeed's first op build);
     # past it the run fails naming the actor, never a silent hang.
     start_timeout_s: float = 1200.0

@@ -161,32 +161,63 @@ def unpack(bucket: Bucket, buf: torch.Tensor) -> Iterator[tuple[str, torch.Tenso
         off += m.nbytes
 
 
-class SyncGroup:
-    """This process's membership of the run's weight-sync group (rank 0 sends, the others receive)."""
+def open_store(address: str, rank: int, world_size: int, timeout: timedelta) -> dist.Store:
+    """The group's rendezvous store: `file:///path` is a FileStore (every member on one node; no socket
+    at all), `tcp://host:port` a TCPStore that rank 0 serves (it listens on every interface: torch's
+    TCPStore has no bind address), for members on several nodes."""
+    if address.startswith("file://"):
+        return dist.FileStore(address.removeprefix("file://"), world_size)
+    if address.startswith("tcp://"):
+        host, _, port = address.removeprefix("tcp://").rpartition(":")
+        return dist.TCPStore(host.strip("[]"), int(port), world_size, is_master=rank == 0, timeout=timeout,
+                             wait_for_workers=False)
+    raise ValueError(f"weight-sync store address must be file:///PATH or tcp://HOST:PORT, got {address!r}")
 
-    def __init__(self, host: str, port: int, rank: int, world_size: int, backend: str = "gloo",
-                 timeout_s: float = 120.0):
+
+def loopback_only(address: str) -> bool:
+    """Whether a group at this store address keeps to one node, so gloo's own sockets bind 127.0.0.1."""
+    return address.startswith(("file://", "tcp://127.", "tcp://localhost:", "tcp://[::1]:"))
+
+
+def gloo_device(address: str):
+    """gloo's transport device: loopback for a one-node group, else the interface of the host's name
+    (GLOO_SOCKET_IFNAME overrides it, as for every gloo group)."""
+    if loopback_only(address):
+        return dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")
+    return dist.ProcessGroupGloo.create_default_device()
+
+
+class SyncGroup:
+    """This process's membership of the run's weight-sync group (rank 0 sends, the others receive).
+
+    `address` is the rendezvous store (`open_store`): `file:///path` on one node, `tcp://host:port` across nodes."""
+
+    def __init__(self, address: str, rank: int, world_size: int, backend: str = "gloo", timeout_s: float = 120.0):
         if world_size < 2:
             raise ValueError(f"a weight-sync group needs a sender and a receiver, world_size={world_size}")
+        if backend not in ("gloo", "nccl"):
+            raise ValueError(f"weight-sync backend must be gloo or nccl, got {backend!r}")
         timeout = timedelta(seconds=timeout_s)
-        store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout,
-                              wait_for_workers=False)
-        store = dist.PrefixStore("parallax/weight_sync", store)
+        store = dist.PrefixStore("parallax/weight_sync", open_store(address, rank, world_size, timeout))
         if backend == "gloo":
             opts = dist.ProcessGroupGloo._Options()
             opts._timeout = timeout
-            opts._devices = [dist.ProcessGroupGloo.create_default_device()]
+            opts._devices = [gloo_device(address)]
             opts._threads = INFLIGHT  # one gloo thread per bucket in flight
             self.pg = dist.ProcessGroupGloo(store, rank, world_size, opts)
             self.device = "cpu"
-        elif backend == "nccl":
+        else:
             opts = dist.ProcessGroupNCCL.Options()
             opts._timeout = timeout
             self.pg = dist.ProcessGroupNCCL(store, rank, world_size, opts)
             self.device = f"cuda:{torch.cuda.current_device()}"
-        else:
-            raise ValueError(f"weight-sync backend must be gloo or nccl, got {backend!r}")
-        self.rank, self.world_size, self.backend = rank, world_size, backend
+        self.rank, self.world_size, self.backend, self.address = rank, world_size, backend, address
+        self._store = store
+
+    def close(self) -> None:
+        """Leave the group (before a new one is formed: a member was lost, or the run ends)."""
+        self.pg = None
+        self._store = None
 
     def _broadcast(self, buf: torch.Tensor):
         opts = dist.BroadcastOptions()

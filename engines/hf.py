@@ -43,10 +43,16 @@ class HFEngine:
 
     sync_ranks = 1  # ranks this engine holds in the weight-sync group
 
-    def open_sync(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
+    def open_sync(self, address: str, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
         from engines.collective import SyncGroup
 
-        self._sync = SyncGroup(host, port, rank, world_size, backend, timeout_s)
+        self.close_sync()
+        self._sync = SyncGroup(address, rank, world_size, backend, timeout_s)
+
+    def close_sync(self) -> None:
+        if getattr(self, "_sync", None) is not None:
+            self._sync.close()
+        self._sync = None
 
     @torch.no_grad()
     def receive_weights(self, plan: dict) -> int:

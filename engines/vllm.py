@@ -42,12 +42,17 @@ class WeightSyncExtension:
     sync group (`engines.collective`) or, on the object-store path, as a safetensors file.
     """
 
-    def parallax_open_sync(self, host: str, port: int, rank: int, world_size: int, backend: str,
-                           timeout_s: float) -> int:
+    def parallax_open_sync(self, address: str, rank: int, world_size: int, backend: str, timeout_s: float) -> int:
         from engines.collective import SyncGroup
 
-        self._parallax_sync = SyncGroup(host, port, rank + self.rank, world_size, backend, timeout_s)
+        self.parallax_close_sync()
+        self._parallax_sync = SyncGroup(address, rank + self.rank, world_size, backend, timeout_s)
         return self._parallax_sync.rank
+
+    def parallax_close_sync(self) -> None:
+        if getattr(self, "_parallax_sync", None) is not None:
+            self._parallax_sync.close()
+        self._parallax_sync = None
 
     def parallax_receive(self, plan: dict) -> int:
         from engines.collective import plan_from_wire
@@ -241,8 +246,11 @@ class VLLMEngine:
         self._weights_changed()
         return int(got[0])
 
-    def open_sync(self, host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
-        self.llm.collective_rpc("parallax_open_sync", args=(host, port, rank, world_size, backend, timeout_s))
+    def open_sync(self, address: str, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
+        self.llm.collective_rpc("parallax_open_sync", args=(address, rank, world_size, backend, timeout_s))
+
+    def close_sync(self) -> None:
+        self.llm.collective_rpc("parallax_close_sync")
 
     def receive_weights(self, plan: dict) -> int:
         got = self.llm.collective_rpc("parallax_receive", args=(plan,))

@@ -34,8 +34,21 @@ def start_cluster(cfg: ClusterConfig) -> None:
     if cfg.address:
         ray.init(address=cfg.address, runtime_env={"env_vars": env}, log_to_driver=True)
     else:
+        if cfg.loopback:
+            bind_loopback()
         ray.init(num_cpus=cfg.num_cpus, include_dashboard=cfg.include_dashboard,
                  dashboard_host=cfg.dashboard_host, runtime_env={"env_vars": env}, log_to_driver=True)
+
+
+def bind_loopback() -> None:
+    """Make a local Ray cluster bind 127.0.0.1 only: GCS, raylet, every worker's gRPC port, the
+    dashboard and its agents. Ray's own switch for this (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, its
+    default on macOS and Windows) makes the node IP the loopback; it is read when Ray is imported, so
+    the driver's copy is set here too, and Ray's processes inherit the variable."""
+    from ray._private import ray_constants
+
+    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def _has_cuda() -> bool:
@@ -45,16 +58,36 @@ def _has_cuda() -> bool:
 
 
 @ray.remote(num_cpus=0)
-def _rendezvous(n: int = 2) -> tuple[str, list[int]]:
-    """Runs on rank 0's node: its IP and `n` distinct free ports (torch.distributed, the weight-sync group)."""
+def _rendezvous(n: int = 2) -> tuple[str, list[int], str]:
+    """Runs on rank 0's node: its IP, `n` distinct free ports and its temp dir (torch.distributed
+    stores: the learners' DeepSpeed group, the weight-sync group)."""
+    import tempfile
+
     socks = [socket.socket() for _ in range(n)]
     try:
         for s in socks:
             s.bind(("", 0))
-        return ray.util.get_node_ip_address(), [s.getsockname()[1] for s in socks]
+        return ray.util.get_node_ip_address(), [s.getsockname()[1] for s in socks], tempfile.gettempdir()
     finally:
         for s in socks:
             s.close()
+
+
+def one_node(pg) -> bool:
+    """Whether every bundle of the placement group sits on one node (then no store needs a socket)."""
+    from ray.util.placement_group import placement_group_table
+
+    return len(set(placement_group_table(pg)["bundles_to_node_id"].values())) <= 1
+
+
+def store_address(local: bool, ip: str, port: int, tmp: str, tag: str) -> str:
+    """A torch.distributed store for members on one node (`file://`: no listening socket) or on
+    several (`tcp://`: a TCPStore on learner rank 0's node, which torch binds on every interface)."""
+    import uuid
+
+    if local:
+        return f"file://{Path(tmp) / f'parallax-{tag}-{uuid.uuid4().hex[:12]}.store'}"
+    return f"tcp://{ip}:{port}"
 
 
 @dataclass
@@ -90,12 +123,20 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
     prefix = f"parallax/{run_name}"
     on_rank0 = _rendezvous.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
         pg, placement_group_bundle_index=off["learner"]))
-    addr, (port, sync_port) = ray.get(on_rank0.remote())
-    sync = make_weight_sync(r.weight_sync, addr, sync_port, gpus=bool(r.num_gpus and lcfg.num_gpus))
+    local = one_node(pg)
+    addr, (port, _), tmp = ray.get(on_rank0.remote())
+
+    def sync_store() -> str:  # a fresh store each time the weight-sync group forms (after a lost engine)
+        ip, (_, sync_port), tmp = ray.get(on_rank0.remote())
+        return store_address(local, ip, sync_port, tmp, f"{run_name}-sync")
+
+    sync = make_weight_sync(r.weight_sync, sync_store, gpus=bool(r.num_gpus and lcfg.num_gpus))
+    init_method = store_address(local, addr, port, tmp, f"{run_name}-learners")
     learner = LearnerGroup(
         "learner", LearnerWorker, lcfg.num_actors, pg, off["learner"], lcfg.num_cpus, lcfg.num_gpus,
         lambda i: {"cfg": lcfg, "model_path": model_path, "dtype": cfg.model.dtype, "rank": i,
-                       "world_size": lcfg.num_actors, "master_addr": addr, "master_port": port, "seed": cfg.trainer.seed},
+                       "world_size": lcfg.num_actors, "init_method": init_method, "master_port": port,
+                       "seed": cfg.trainer.seed},
         prefix)
     rollout = RolloutGroup(
         "rollout", RolloutWorker, r.num_actors, pg, off["rollout"], r.num_cpus, r.num_gpus,

@@ -31,7 +31,7 @@ def test_grpo_step_follows_advantage_sign(tiny_model_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     learner = LearnerWorker(LearnerConfig(micro_batch_size=4, torch_threads=1, zero_stage=0), tiny_model_path,
-                            "float32", 0, 1, "127.0.0.1", port)
+                            "float32", 0, 1, f"tcp://127.0.0.1:{port}", port)
     before = learner.compute_logprobs(batch).sum(-1)  # [B] sequence logprob
     # The learner scores exactly what the engine sampled (fp32, same weights).
     assert (before - batch.old_logprobs.sum(-1)).abs().max() < 1e-4
@@ -63,7 +63,7 @@ def test_recomputed_old_logprobs_replace_the_engines(tiny_model_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cfg = LearnerConfig(micro_batch_size=2, torch_threads=1, recompute_old_logprobs=True)
-    learner = LearnerWorker(cfg, tiny_model_path, "float32", 0, 1, "127.0.0.1", port)
+    learner = LearnerWorker(cfg, tiny_model_path, "float32", 0, 1, f"tcp://127.0.0.1:{port}", port)
     on = learner.grpo_step(batch, int(batch.response_mask.sum()), len(batch), lr=1e-6)
     assert abs(on["actor/engine_logprob_gap"] - 0.3) < 1e-3  # the engine was 0.3 below the learner
     assert abs(on["actor/ppo_kl"]) < 1e-4  # the ratio starts at 1: the learner's own old logprobs
@@ -87,7 +87,7 @@ def _sft_grad_norm(tiny_model_path, zero_stage: int) -> float:
         port = s.getsockname()[1]
     # micro-batches of 4: the norm must be the accumulated gradient's, at the boundary
     learner = LearnerWorker(LearnerConfig(micro_batch_size=4, torch_threads=1, zero_stage=zero_stage),
-                            tiny_model_path, "float32", 0, 1, "127.0.0.1", port, seed=0)
+                            tiny_model_path, "float32", 0, 1, f"tcp://127.0.0.1:{port}", port, seed=0)
     return learner.sft_step(batch, int(batch.loss_mask.sum()), lr=1e-4)["sft/grad_norm"]
 
 

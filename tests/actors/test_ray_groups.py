@@ -83,14 +83,15 @@ def test_reward_actor_scores_groups(ray_cluster, groups):
 def _learners(ray_cluster, model_path, world: int, stage: int):
     from actors.group import BundleSpec, LearnerGroup, reserve
     from actors.learner import LearnerWorker
-    from orchestrator.setup import _rendezvous
+    from orchestrator.setup import _rendezvous, store_address
 
     cfg = _cfg(num_actors=world, zero_stage=stage).learner
     pg, _off = reserve([BundleSpec("learner", world, 0.25, 0.0)], "PACK", name=f"dp{world}-z{stage}")
-    addr, (port, _) = ray_cluster.get(_rendezvous.remote())
+    addr, (port, _), tmp = ray_cluster.get(_rendezvous.remote())
+    init = store_address(True, addr, port, tmp, f"dp{world}-z{stage}")
     return LearnerGroup("learner", LearnerWorker, world, pg, 0, 0.25, 0.0,
                         lambda i: {"cfg": cfg, "model_path": model_path, "dtype": "float32", "rank": i, "world_size": world,
-                                       "master_addr": addr, "master_port": port}, f"dp{world}-z{stage}"), pg
+                                       "init_method": init, "master_port": port}, f"dp{world}-z{stage}"), pg
 
 
 def test_two_learners_zero2_match_one_learner(ray_cluster, tiny_model_path):

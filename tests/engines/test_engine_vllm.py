@@ -90,9 +90,9 @@ def test_vllm_collective_sync_equals_a_transformers_forward(engine, tiny_model_p
     port, plan = _free_port(), plan_for(new, bucket_bytes=1 << 18)  # several buckets
     assert len(plan.buckets) > 1 and plan.aliases == (("lm_head.weight", "model.embed_tokens.weight"),)
     box = {}
-    opener = threading.Thread(target=lambda: box.update(g=SyncGroup("127.0.0.1", port, 0, 2, "gloo", 60)))
+    opener = threading.Thread(target=lambda: box.update(g=SyncGroup(f"tcp://127.0.0.1:{port}", 0, 2, "gloo", 60)))
     opener.start()
-    engine.open_sync("127.0.0.1", port, 1, 2, "gloo", 60)
+    engine.open_sync(f"tcp://127.0.0.1:{port}", 1, 2, "gloo", 60)
     opener.join()
     for state in (new, sd):
         sender = threading.Thread(target=lambda state=state: box.update(sent=box["g"].send(plan, state)))

@@ -44,9 +44,9 @@ def test_nccl_sync_equals_a_transformers_forward(engine, tiny_model_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     plan, box = plan_for(state, 1 << 18), {}
-    opener = threading.Thread(target=lambda: box.update(g=SyncGroup("127.0.0.1", port, 0, 2, "nccl", 120)))
+    opener = threading.Thread(target=lambda: box.update(g=SyncGroup(f"tcp://127.0.0.1:{port}", 0, 2, "nccl", 120)))
     opener.start()
-    engine.open_sync("127.0.0.1", port, 1, 2, "nccl", 120)
+    engine.open_sync(f"tcp://127.0.0.1:{port}", 1, 2, "nccl", 120)
     opener.join()
     sender = threading.Thread(target=lambda: box.update(sent=box["g"].send(plan, state)))
     sender.start()

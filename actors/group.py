@@ -46,10 +46,14 @@ def reserve(bundles: list[BundleSpec], strategy: str, name: str, timeout_s: floa
 
 
 class ActorGroup:
-    """N actors of one worker class, actor i on bundle offset + i, named `<prefix>/<role>_<i>`."""
+    """N actors of one worker class, actor i on bundle offset + i, named `<prefix>/<role>_<i>`.
+
+    `max_restarts`: how often Ray brings a dead actor back (on its bundle, constructor run again); a
+    task in flight when it died fails, and the driver runs it again (actors/faults.py)."""
 
     def __init__(self, role: str, worker_cls: type, count: int, pg: PlacementGroup, offset: int,
-                 num_cpus: float, num_gpus: float, kwargs_for_rank: Callable[[int], dict], prefix: str):
+                 num_cpus: float, num_gpus: float, kwargs_for_rank: Callable[[int], dict], prefix: str,
+                 max_restarts: int = 0):
         remote_cls = ray.remote(worker_cls)
         self.role = role
         self.actors = [
@@ -57,6 +61,7 @@ class ActorGroup:
                 name=f"{prefix}/{role}_{i}",
                 num_cpus=num_cpus,
                 num_gpus=num_gpus,
+                max_restarts=max_restarts,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=offset + i),
             ).remote(**kwargs_for_rank(i))
             for i in range(count)
@@ -87,7 +92,7 @@ class ActorGroup:
         return len(self.actors)
 
 
-def _chunks(items: list, k: int) -> list[list]:
+def split_chunks(items: list, k: int) -> list[list]:
     """Split into k contiguous, nearly equal chunks (some may be empty)."""
     q, r = divmod(len(items), k)
     out, i = [], 0
@@ -102,17 +107,14 @@ class RolloutGroup(ActorGroup):
     def async_generate(self, prompts: list[Prompt], n: int, seed: int, greedy: bool = False) -> list[ray.ObjectRef]:
         """Prompts split across actors; each returns its prompts' trajectories, prompt-major."""
         return [a.generate.remote(chunk, n, seed * 1009 + i, greedy)
-                for i, (a, chunk) in enumerate(zip(self.actors, _chunks(prompts, len(self.actors)))) if chunk]
-
-    def async_load_weights(self, state_ref: ray.ObjectRef) -> list[ray.ObjectRef]:
-        return [a.load_weights.remote(state_ref) for a in self.actors]
+                for i, (a, chunk) in enumerate(zip(self.actors, split_chunks(prompts, len(self.actors)))) if chunk]
 
 
 class RewardActorGroup(ActorGroup):
     def async_score(self, groups: list[Any], **kwargs) -> list[ray.ObjectRef]:
         """Groups split across reward actors; one RewardBatch ref per non-empty chunk, in order."""
         return [a.score.remote(chunk, **kwargs)
-                for a, chunk in zip(self.actors, _chunks(groups, len(self.actors))) if chunk]
+                for a, chunk in zip(self.actors, split_chunks(groups, len(self.actors))) if chunk]
 
 
 class LearnerGroup(ActorGroup):

@@ -13,3 +13,9 @@ __all__ = ["RewardBatch", "RewardGroup", "RewardWorker"]
 
 class RewardWorker(RewardScorer):
     """One reward actor's scorer: `score(groups, step=, stage=, spec=)` returns a `RewardBatch`."""
+
+    def pid(self) -> int:
+        """This actor's process id (fault-injection tests kill it)."""
+        import os
+
+        return os.getpid()

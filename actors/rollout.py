@@ -26,6 +26,9 @@ class RolloutWorker:
         self.engine = make_engine(cfg.engine, model_path=model_path, dtype=dtype, max_batch_size=cfg.max_batch_size,
                                   **extra)
         self.tokenizer = self.engine.tokenizer
+        # The policy version its weights are (the driver counts syncs): 0 is the model it loaded. A
+        # restarted actor is back at 0, and refuses a generate that expects later weights.
+        self.version = 0
         self.executor = None  # KVExecutor | RequestExecutor; both share the engine's weights
         self.grammar = None  # mode off: the format's EBNF for the engine's structured outputs
         if cfg.executor.mode != "off" and cfg.dispatch == "requests":
@@ -42,8 +45,14 @@ class RolloutWorker:
             self.grammar = ebnf(fmt)
 
     def generate(self, prompts: list[Prompt], n: int, seed: int, greedy: bool = False,
-                 max_new_tokens: int | None = None) -> list[Trajectory]:
-        """`n` samples of every prompt, grouped by prompt (prompt-major order)."""
+                 max_new_tokens: int | None = None, version: int | None = None) -> list[Trajectory]:
+        """`n` samples of every prompt, grouped by prompt (prompt-major order). With `version`, only
+        from weights of that version (`StaleWeights` otherwise: this actor restarted since the last sync)."""
+        if version is not None and version != self.version:
+            from actors.faults import StaleWeights
+
+            raise StaleWeights(f"asked for samples of policy version {version}, this actor holds version "
+                               f"{self.version} (restarted since the last weight sync)")
         params = SamplingParams(
             max_new_tokens=max_new_tokens or self.cfg.max_new_tokens,
             temperature=self.cfg.temperature,
@@ -71,20 +80,25 @@ class RolloutWorker:
                 finish_reason=c.finish_reason,
                 text=t.removesuffix(eos) if c.finish_reason == "stop" else t,
                 record=getattr(c, "record", None),
+                policy_version=self.version,
             )
             for p, c, t in zip(flat, outs, texts)
         ]
 
-    def load_weights(self, state_dict: dict[str, Any]) -> int:
-        return self.engine.load_weights(state_dict)
+    def load_weights(self, state_dict: dict[str, Any], version: int | None = None) -> int:
+        got = self.engine.load_weights(state_dict)
+        self.version = self.version + 1 if version is None else version
+        return got
 
     def sync_ranks(self) -> int:
         return self.engine.sync_ranks
 
     def open_sync(self, address: str, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
         self.engine.open_sync(address, rank, world_size, backend, timeout_s)
+        self._in_group = True
 
     def close_sync(self) -> None:
+        self._in_group = False
         self.engine.close_sync()
 
     def pid(self) -> int:
@@ -93,8 +107,18 @@ class RolloutWorker:
 
         return os.getpid()
 
-    def receive_weights(self, plan: dict) -> int:
-        return self.engine.receive_weights(plan)
+    def receive_weights(self, plan: dict, version: int | None = None) -> int:
+        if not self.in_sync_group:
+            from actors.faults import StaleWeights
+
+            raise StaleWeights("not in the weight-sync group (restarted since it formed)")
+        got = self.engine.receive_weights(plan)
+        self.version = self.version + 1 if version is None else version
+        return got
+
+    @property
+    def in_sync_group(self) -> bool:
+        return getattr(self, "_in_group", False)
 
     def get_weights(self) -> dict[str, Any]:
         """The engine's current parameters (tests check sync against the learner's)."""

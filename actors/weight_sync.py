@@ -14,32 +14,46 @@ Every push returns its figures (`sync/bytes`, `sync/buckets`), and waits at most
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Protocol
 
 import ray
 
+from actors.faults import ActorLost, is_loss, summary
 from actors.group import LearnerGroup, RolloutGroup
 from contract.engine import WeightSyncConfig
 
 
 class WeightSync(Protocol):
-    def push(self, learners: LearnerGroup, rollouts: RolloutGroup) -> dict[str, float]:
-        """Make every rollout engine's weights equal the learners' current weights; its figures."""
+    def push(self, learners: LearnerGroup, rollouts: RolloutGroup, version: int | None = None) -> dict[str, float]:
+        """Make every rollout engine's weights equal the learners' current weights (policy `version`,
+        which each engine then reports; None: one more than it had); its figures."""
 
     def reset(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
         """Forget the members (a rollout actor was lost and restarted): the next push reaches them all anew."""
 
 
 def _wait(refs: dict[str, list[ray.ObjectRef]], timeout_s: float, what: str) -> dict[str, list]:
-    """ray.get of every named group of refs, or a TimeoutError naming the ones still running."""
-    flat = [r for rs in refs.values() for r in rs]
-    _, pending = ray.wait(flat, num_returns=len(flat), timeout=timeout_s)
-    if pending:
-        late = sorted({name for name, rs in refs.items() for r in rs if r in pending})
-        raise TimeoutError(f"weight sync ({what}): no answer within {timeout_s:.0f}s from {', '.join(late)} "
-                           "(rollout.weight_sync.timeout_s; a rank that died or cannot reach the others' "
-                           "address; method=object_store avoids the group)")
+    """ray.get of every named group of refs (`rollout_3`: that actor's; `learner`: rank i's at i). The
+    first one that fails raises at once -- `ActorLost` naming it when its actor died or restarted --
+    and one still running after `timeout_s` is a TimeoutError naming it."""
+    who = {r: (name.partition("_")[0], int(name.partition("_")[2] or i)) for name, rs in refs.items()
+           for i, r in enumerate(rs)}
+    pending, deadline = list(who), time.monotonic() + timeout_s
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+        if not ready:
+            late = sorted({f"{role}_{rank}" for role, rank in (who[r] for r in pending)})
+            raise TimeoutError(f"weight sync ({what}): no answer within {timeout_s:.0f}s from {', '.join(late)} "
+                               "(rollout.weight_sync.timeout_s; a rank that died or cannot reach the others' "
+                               "address; method=object_store avoids the group)")
+        try:
+            ray.get(ready[0])
+        except Exception as e:
+            if is_loss(e):
+                raise ActorLost(*who[ready[0]], f"during the weight sync ({what}): {summary(e)}") from None
+            raise
     return {name: ray.get(rs) for name, rs in refs.items()}
 
 
@@ -50,10 +64,11 @@ class ObjectStoreSync:
     def reset(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
         """Nothing to dissolve: every push reaches each engine on its own."""
 
-    def push(self, learners: LearnerGroup, rollouts: RolloutGroup) -> dict[str, float]:
+    def push(self, learners: LearnerGroup, rollouts: RolloutGroup, version: int | None = None) -> dict[str, float]:
         state_ref = learners.async_state_dict()
-        got = _wait({"rollout": rollouts.async_load_weights(state_ref)}, self.timeout_s, "object store")
-        return {"sync/bytes": float(got["rollout"][0])}
+        refs = {f"rollout_{i}": [a.load_weights.remote(state_ref, version)] for i, a in enumerate(rollouts.actors)}
+        got = _wait(refs, self.timeout_s, "object store")
+        return {"sync/bytes": float(got["rollout_0"][0])}
 
 
 class CollectiveSync:
@@ -67,7 +82,9 @@ class CollectiveSync:
         self.address = ""
 
     def _open(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
-        ranks = _wait({"rollout": rollouts.async_call("sync_ranks")}, self.cfg.timeout_s, "sizing")["rollout"]
+        sizes = {f"rollout_{i}": [a.sync_ranks.remote()] for i, a in enumerate(rollouts.actors)}
+        got = _wait(sizes, self.cfg.timeout_s, "sizing")
+        ranks = [got[f"rollout_{i}"][0] for i in range(len(rollouts.actors))]
         world = 1 + sum(ranks)
         self.address = address = self.store()
         refs = {"learner": learners.async_call("open_sync", address, world, self.backend, self.cfg.timeout_s,
@@ -93,11 +110,12 @@ class CollectiveSync:
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 pass
 
-    def push(self, learners: LearnerGroup, rollouts: RolloutGroup) -> dict[str, float]:
+    def push(self, learners: LearnerGroup, rollouts: RolloutGroup, version: int | None = None) -> dict[str, float]:
         if self.plan_ref is None:
             self._open(learners, rollouts)
         refs = {"learner": learners.async_call("send_weights")}
-        refs |= {f"rollout_{i}": [a.receive_weights.remote(self.plan_ref)] for i, a in enumerate(rollouts.actors)}
+        refs |= {f"rollout_{i}": [a.receive_weights.remote(self.plan_ref, version)]
+                 for i, a in enumerate(rollouts.actors)}
         got = _wait(refs, self.cfg.timeout_s, "broadcast")
         stats = dict(got["learner"][0])
         received = [v for name, vs in got.items() if name != "learner" for v in vs]

@@ -98,6 +98,8 @@ class Trajectory:
     text: str  # the decoded response (tags kept: skip_special_tokens=False)
     # None for plain sequential decoding (causal attention, positions 0..L-1).
     record: ExecutionRecord | None = None
+    # The weights it was sampled with: the driver's count of weight syncs (0: the model as loaded).
+    policy_version: int = 0
 
 
 @dataclass

@@ -350,6 +350,9 @@ class TrainerConfig:
     # Keep the newest N complete checkpoints and delete older ones after each save (0: keep all).
     # The one `latest` names is never deleted. A SmolLM2-135M checkpoint with its optimizer is ~2 GB.
     keep_checkpoints: int = 0
+    # When a learner is lost (or a rollout/reward actor is past cluster.max_restarts), start the run
+    # again from its newest verified checkpoint, up to this many times (0: the run fails, naming the actor).
+    max_failures: int = 0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -377,6 +380,9 @@ class ClusterConfig:
     # A local cluster binds every Ray port to 127.0.0.1 (nothing reachable from the network); false
     # binds the node's address, to attach other machines to it. Ignored with `address`.
     loopback: bool = True
+    # Rollout and reward actors Ray restarts after a crash (a lost actor's chunk runs again, on a live
+    # actor or on the restarted one, at most this often per chunk); learners never restart.
+    max_restarts: int = 3
     # Seconds every actor may take to start (model load, engine start, DeepSpeed's first op build);
     # past it the run fails naming the actor, never a silent hang.
     start_timeout_s: float = 1200.0

@@ -94,6 +94,7 @@ RANGES: dict[str, Range] = {
     "trainer.sft_batch_size": COUNT, "trainer.prompts_per_step": COUNT, "trainer.eval_samples": NONNEG,
     "trainer.eval_budgets.*": COUNT, "trainer.eval_every": NONNEG, "trainer.eval_limit": COUNT,
     "trainer.save_every": NONNEG, "trainer.save_every_min": NONNEG, "trainer.keep_checkpoints": NONNEG, "trainer.seed": SEED,
+    "trainer.max_failures": NONNEG,
     # curriculum
     "curriculum.stages.*.steps": NONNEG, "curriculum.stages.*.epochs": gt(0), "curriculum.stages.*.batch_size": COUNT,
     "curriculum.stages.*.rollout_n": COUNT, "curriculum.stages.*.lr": gt(0), "curriculum.stages.*.weight_decay": NONNEG,
@@ -102,7 +103,7 @@ RANGES: dict[str, Range] = {
     "curriculum.stages.*.until.*.value": Range(), "curriculum.stages.*.until.*.min_steps": NONNEG,
     "curriculum.stages.*.until.*.patience": COUNT,
     # cluster, logging, scale
-    "cluster.num_cpus": COUNT, "cluster.start_timeout_s": gt(0), "logging.print_every": COUNT,
+    "cluster.num_cpus": COUNT, "cluster.start_timeout_s": gt(0), "cluster.max_restarts": NONNEG, "logging.print_every": NONNEG,
     "scale.max_stage_steps": NONNEG, "scale.max_prompts": NONNEG, "scale.max_sft_batch": NONNEG,
     "scale.max_rollout_n": NONNEG,
 }

@@ -62,6 +62,12 @@ class Logger:
             self.bar.write(f"step {step:4d} " + " ".join(
                 f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
 
+    def abort(self) -> None:
+        """Close without a summary: the run goes on in a new try that resumes this W&B run."""
+        self.bar.close()
+        self.jsonl.close()
+        self.run.finish(exit_code=1)
+
     def close(self, summary: dict[str, Any]) -> None:
         for k, v in summary.items():
             self.run.summary[k] = v

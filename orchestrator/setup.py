@@ -141,10 +141,11 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
     rollout = RolloutGroup(
         "rollout", RolloutWorker, r.num_actors, pg, off["rollout"], r.num_cpus, r.num_gpus,
         lambda i: {"cfg": r, "model_path": model_path, "dtype": cfg.model.dtype,
-                       "fmt": cfg.data.spec}, prefix)
+                       "fmt": cfg.data.spec}, prefix, max_restarts=cfg.cluster.max_restarts)
     reward = RewardActorGroup(
         "reward", RewardWorker, w.num_actors, pg, off["reward"], w.num_cpus, 0.0,
-        lambda i: {"reward": w.name, "params": dict(w.params), "workers": 1, "timeout_s": w.timeout_s}, prefix)
+        lambda i: {"reward": w.name, "params": dict(w.params), "workers": 1, "timeout_s": w.timeout_s}, prefix,
+        max_restarts=cfg.cluster.max_restarts)
     # every constructor returned, or an error naming the actor: the first call never waits on a dead one
     timeout = cfg.cluster.start_timeout_s
     rollout.wait_ready(timeout, "model load and engine start-up (vLLM: KV cache allocation, warm-up)")

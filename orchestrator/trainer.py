@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
-import ray
-
+from actors.engine_weights import EngineWeights
+from actors.faults import ActorLost, Redispatch, get_all, wait_alive
+from actors.group import split_chunks
 from contract import algo
 from contract.batch import Prompt, Trajectory
 from contract.config import ParallaxConfig
@@ -121,6 +122,10 @@ class Trainer:
         start_cluster(cfg.cluster)
         self.groups: Groups = build_groups(cfg, self.model_path, self.run_dir.name)
         self.stage_table: list[dict[str, Any]] = []
+        g = self.groups
+        self.weights = EngineWeights(g.sync, g.learner, g.rollout, cfg.cluster.max_restarts, cfg.cluster.start_timeout_s)
+        if ckpt is None and cfg.resume == "auto":
+            truncate_metrics(self.run_dir / "metrics.jsonl", 0)  # starting over: rows of an earlier try go
         state = self._restore(ckpt) if ckpt else {}
         self._saved_at = time.monotonic()  # trainer.save_every_min counts from here
         self.logger = Logger(cfg.logging, self.run_dir, _plain(cfg), self.curriculum.total_steps,
@@ -159,7 +164,7 @@ class Trainer:
             else:
                 if self.cfg.trainer.eval_every and (step + 1) % self.cfg.trainer.eval_every == 0:
                     if stage.kind == "sft":  # SFT does not sync every step: give the engines the weights
-                        self.groups.sync.push(self.groups.learner, self.groups.rollout)
+                        self.weights.push()
                     self.logger.log(self.evaluate(), step + 1, advance=False)
                 every, minutes = self.cfg.trainer.save_every, self.cfg.trainer.save_every_min
                 if (every and (step + 1) % every == 0) or (minutes and time.monotonic() - self._saved_at >= 60 * minutes):
@@ -178,9 +183,10 @@ class Trainer:
                 batch = self.layout.train_batch(trajs, adv, self.tokenizer.pad_token_id)
             with t("update"):
                 lr, wd = self._lr(stage)
-                stats = _mean_dicts(ray.get(g.learner.async_grpo_step(batch, lr, wd, self.cfg.rollout.temperature)))
+                stats = _mean_dicts(get_all(g.learner.async_grpo_step(batch, lr, wd, self.cfg.rollout.temperature),
+                                            "learner"))
             with t("sync"):
-                synced = g.sync.push(g.learner, g.rollout)  # sync/bytes, sync/buckets, timing/sync_send
+                synced = self.weights.push()  # sync/bytes, sync/buckets, timing/sync_send
         lengths = [len(x.response_ids) for x in trajs]
         correct = [c for group in scored.correct for c in group]
         return {**scored.metrics, **stats, **synced, **t.times, **trajectory_stats(trajs, self.fmt, "parallel", correct),
@@ -195,7 +201,7 @@ class Trainer:
             batch = self.layout.sft_batch(problems, self.cfg.data.trace, self.tokenizer)  # the layout RL will score
             lr, wd = self._lr(stage)
             with t("update"):
-                stats = _mean_dicts(ray.get(g.learner.async_sft_step(batch, lr, wd)))
+                stats = _mean_dicts(get_all(g.learner.async_sft_step(batch, lr, wd), "learner"))
         return {**stats, **t.times}
 
     def _prepare(self, cfg: ParallaxConfig) -> None:
@@ -237,34 +243,48 @@ class Trainer:
     # ---- helpers ----------------------------------------------------------------------------
     def _generate_and_score(self, prompts: list[Prompt], n: int, seed: int, stage: Stage, step: int,
                             t: Timer, greedy: bool = False):
-        """Generate on every rollout actor; score each actor's groups as soon as its chunk returns,
-        so scoring overlaps the generation still running elsewhere. Returns (trajectories, RewardBatch)."""
+        """Generate on every rollout actor; score each chunk's groups as soon as it returns, so scoring
+        overlaps the generation still running elsewhere. A chunk whose rollout or reward actor was lost
+        runs again, with its own seed (actors/faults.py). Returns (trajectories, RewardBatch)."""
         from rewards.scorer import RewardBatch
 
+        g, retries, version = self.groups, self.cfg.cluster.max_restarts, self.weights.version
         truth = {p.uid: p.ground_truth for p in prompts}
         spec = reward_spec(stage, self.cfg.reward, self.fmt)
+        gen = Redispatch("rollout", g.rollout.actors,
+                         lambda a, i, chunk: a.generate.remote(chunk, n, seed * 1009 + i, greedy, None, version),
+                         self.weights.recover, retries)
+        score = Redispatch("reward", g.reward.actors,
+                           lambda a, key, groups: a.score.remote(groups, step=step, stage=stage.name, spec=spec),
+                           lambda ranks: wait_alive(g.reward.actors, ranks, self.cfg.cluster.start_timeout_s, "reward"),
+                           retries)
+        for i, chunk in enumerate(split_chunks(prompts, len(g.rollout))):
+            if chunk:
+                gen.submit(i, chunk, i)
+        chunks: dict[int, list[Trajectory]] = {}
         with t("generate"):
-            gen_refs = self.groups.rollout.async_generate(prompts, n, seed, greedy)
-            where = {ref: i for i, ref in enumerate(gen_refs)}
-            chunks: list = [None] * len(gen_refs)
-            score_refs: list = [None] * len(gen_refs)
-            pending = list(gen_refs)
-            while pending:
-                ready, pending = ray.wait(pending, num_returns=1)
-                i = where[ready[0]]
-                chunks[i] = ray.get(ready[0])
-                groups = [{"texts": [x.text for x in chunks[i][k:k + n]], "ground_truth": truth[chunks[i][k].uid]}
-                          for k in range(0, len(chunks[i]), n)]
-                score_refs[i] = self.groups.reward.async_score(groups, step=step, stage=stage.name, spec=spec)
+            for i, trajs in gen.completed():
+                chunks[i] = trajs
+                groups = [{"texts": [x.text for x in trajs[k:k + n]], "ground_truth": truth[trajs[k].uid]}
+                          for k in range(0, len(trajs), n)]
+                for j, part in enumerate(split_chunks(groups, len(g.reward))):
+                    if part:
+                        score.submit((i, j), part, j)
         with t("reward"):
-            parts = ray.get([r for refs in score_refs for r in refs])
+            parts = dict(score.completed())
+        self.weights.lost |= gen.lost  # restarted while survivors took their chunks: the next push rejoins them
+        trajs = [x for i in sorted(chunks) for x in chunks[i]]
+        if len(trajs) != len(prompts) * n:  # never train on a step that lost samples
+            raise RuntimeError(f"generation returned {len(trajs)} samples for {len(prompts)} prompts x {n}")
         merged = RewardBatch([], [], [], {}, {})
-        for p in parts:
-            merged.rewards += p.rewards
-            merged.correct += p.correct
-            merged.components += p.components
-        merged.metrics = _mean_dicts([p.metrics for p in parts])
-        return [x for chunk in chunks for x in chunk], merged
+        for key in sorted(parts):
+            merged.rewards += parts[key].rewards
+            merged.correct += parts[key].correct
+            merged.components += parts[key].components
+        merged.metrics = _mean_dicts([parts[key].metrics for key in sorted(parts)])
+        merged.metrics |= {"rollout/samples": float(len(trajs)), "rollout/retries": float(gen.retries),
+                           "reward/retries": float(score.retries)}
+        return trajs, merged
 
     def evaluate(self) -> dict[str, float]:
         """Held-out evaluation with the `evaluation` package's metrics. The papers' protocol:
@@ -303,9 +323,9 @@ class Trainer:
         return table | {k: v for k, v in detail.items() if k not in table}
 
     def _end_stage(self, stage: Stage) -> None:
-        ray.get(self.groups.learner.async_call("reset_optimizer"))
+        get_all(self.groups.learner.async_call("reset_optimizer"), "learner")
         if stage.kind == "sft":  # SFT steps do not sync each step; the engines need the SFT weights now
-            self.groups.sync.push(self.groups.learner, self.groups.rollout)
+            self.weights.push()
         if self.cfg.trainer.eval_after_stage:
             metrics = self.evaluate()
             self.logger.log(metrics, self.curriculum.global_step, advance=False)
@@ -317,9 +337,9 @@ class Trainer:
         learner = self.groups.learner
 
         def write(tmp: Path) -> None:
-            ray.get(learner.async_call("save_pretrained", str(tmp / "model")))
+            get_all(learner.async_call("save_pretrained", str(tmp / "model")), "learner")
             self.tokenizer.save_pretrained(tmp / "model")
-            ray.get(learner.async_call("save_training_state", str(tmp / "training_state")))
+            get_all(learner.async_call("save_training_state", str(tmp / "training_state")), "learner")
 
         state = {"curriculum": self.curriculum.state_dict(), "wandb_run_id": self.logger.run_id,
                  "global_step": self.curriculum.global_step, "consumed": self.data.consumed,
@@ -342,11 +362,16 @@ class Trainer:
         self.curriculum.load_state_dict(state["curriculum"])
         self.data.fast_forward(state["consumed"], {s.name: s for s in self.curriculum.stages})
         self.stage_table = list(state["stage_table"])
-        ray.get(self.groups.learner.async_call("load_training_state", str(ckpt / "training_state")))
-        self.groups.sync.push(self.groups.learner, self.groups.rollout)
+        get_all(self.groups.learner.async_call("load_training_state", str(ckpt / "training_state")), "learner")
+        self.weights.push()
         truncate_metrics(self.run_dir / "metrics.jsonl", self.curriculum.global_step)
         print(f"resumed from {ckpt} at step {self.curriculum.global_step}")
         return state
+
+    def abort(self) -> None:
+        """This try is over (a lost actor): free its actors and close its logs; checkpoints stay."""
+        self.logger.abort()
+        self.groups.shutdown()
 
     def finish(self) -> dict[str, Any]:
         summary = {"run_dir": str(self.run_dir), "model_path": self.model_path, "stages": self.stage_table,
@@ -392,9 +417,27 @@ def config_hash(cfg: ParallaxConfig) -> str:
 
 
 def run(cfg: ParallaxConfig) -> dict[str, Any]:
+    """Train to the end. A lost actor the run cannot do without (a learner; a rollout or reward actor
+    past its restarts) ends this try; with `trainer.max_failures` left, the run starts again from its
+    newest verified checkpoint (resume=auto; from the beginning when it has none), like Ray Train's
+    FailureConfig. Without, the error names the actor."""
     t0 = time.perf_counter()
-    trainer = Trainer(cfg)
-    summary = trainer.fit()
+    failures = 0
+    while True:
+        trainer = Trainer(cfg)
+        try:
+            summary = trainer.fit()
+            break
+        except ActorLost as e:
+            trainer.abort()
+            if failures >= cfg.trainer.max_failures:
+                raise RuntimeError(f"{e}; the run stops (trainer.max_failures={cfg.trainer.max_failures}; "
+                                   f"resume=auto continues it from {trainer.run_dir / 'checkpoints'})") from None
+            failures += 1
+            print(f"{e}; restarting from the newest verified checkpoint "
+                  f"(failure {failures} of trainer.max_failures={cfg.trainer.max_failures})", flush=True)
+            cfg = replace(cfg, resume="auto")
+    summary["failures"] = failures
     summary["wall_time_s"] = time.perf_counter() - t0
     print(f"run dir: {cfg.run_dir}  ({summary['wall_time_s']:.0f}s)")
     return summary

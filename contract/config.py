@@ -383,6 +383,8 @@ class ClusterConfig:
     # Rollout and reward actors Ray restarts after a crash (a lost actor's chunk runs again, on a live
     # actor or on the restarted one, at most this often per chunk); learners never restart.
     max_restarts: int = 3
+    # Port of a local cluster's Prometheus endpoint (the run's Ray metrics; 0: Ray picks one, printed).
+    metrics_export_port: int = 0
     # Seconds every actor may take to start (model load, engine start, DeepSpeed's first op build);
     # past it the run fails naming the actor, never a silent hang.
     start_timeout_s: float = 1200.0
@@ -401,6 +403,11 @@ class LoggingConfig:
     group: str | None = None
     run_name: str | None = None
     progress_bar: bool = True
+    # Export step metrics as Ray metrics (the dashboard's charts, the Prometheus endpoint).
+    ray_metrics: bool = True
+    # Every N RL steps, a table of sampled trajectories to W&B and samples/step_N.jsonl (0: never).
+    table_every: int = 10
+    table_rows: int = 8
     # Print a metrics line every N steps (0: none).
     print_every: int = 10
 

@@ -104,6 +104,7 @@ RANGES: dict[str, Range] = {
     "curriculum.stages.*.until.*.patience": COUNT,
     # cluster, logging, scale
     "cluster.num_cpus": COUNT, "cluster.start_timeout_s": gt(0), "cluster.max_restarts": NONNEG, "logging.print_every": NONNEG,
+    "logging.table_every": NONNEG, "logging.table_rows": COUNT, "cluster.metrics_export_port": Range(0, 65535),
     "scale.max_stage_steps": NONNEG, "scale.max_prompts": NONNEG, "scale.max_sft_batch": NONNEG,
     "scale.max_rollout_n": NONNEG,
 }

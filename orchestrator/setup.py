@@ -36,8 +36,11 @@ def start_cluster(cfg: ClusterConfig) -> None:
     else:
         if cfg.loopback:
             bind_loopback()
+        extra = {"_metrics_export_port": cfg.metrics_export_port} if cfg.metrics_export_port else {}
         ray.init(num_cpus=cfg.num_cpus, include_dashboard=cfg.include_dashboard,
-                 dashboard_host=cfg.dashboard_host, runtime_env={"env_vars": env}, log_to_driver=True)
+                 dashboard_host=cfg.dashboard_host, runtime_env={"env_vars": env}, log_to_driver=True,
+                 _system_config={"metrics_report_interval_ms": 2000}, **extra)
+        print(f"Ray metrics (Prometheus): http://{ray.util.get_node_ip_address()}:{metrics_port()}/metrics", flush=True)
 
 
 def bind_loopback() -> None:
@@ -49,6 +52,12 @@ def bind_loopback() -> None:
 
     os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def metrics_port() -> int | None:
+    """The port this node's Ray metrics agent serves Prometheus metrics on."""
+    node = ray._private.worker._global_node
+    return getattr(node, "metrics_export_port", None) if node is not None else None
 
 
 def _has_cuda() -> bool:

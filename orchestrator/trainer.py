@@ -157,7 +157,7 @@ class Trainer:
             metrics = self.sft_step(stage) if stage.kind == "sft" else self.rl_step(stage, step)
             metrics.update(self.curriculum.metrics())
             metrics["data/epoch"] = self.data.epoch(stage, self._batch_size(stage))
-            self.logger.log(metrics, step)
+            self.logger.log(metrics, step, stage=stage.name)
             self.curriculum.update(metrics)
             if self.curriculum.done or self.curriculum.stage.name != stage.name:
                 self._end_stage(stage)
@@ -189,6 +189,12 @@ class Trainer:
                 synced = self.weights.push()  # sync/bytes, sync/buckets, timing/sync_send
         lengths = [len(x.response_ids) for x in trajs]
         correct = [c for group in scored.correct for c in group]
+        every = self.cfg.logging.table_every
+        if every and self.curriculum.stage_step % every == 0:
+            from orchestrator.samples import sample_rows
+
+            self.logger.log_table(sample_rows(prompts, trajs, rewards, correct, self.fmt, self.cfg.logging.table_rows),
+                                  step)
         return {**scored.metrics, **stats, **synced, **t.times, **trajectory_stats(trajs, self.fmt, "parallel", correct),
                 "response/length": mean(lengths), "response/clip_ratio": mean(x.finish_reason == "length"
                                                                               for x in trajs),

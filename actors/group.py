@@ -23,6 +23,7 @@ class BundleSpec:
     count: int
     num_cpus: float
     num_gpus: float
+    resources: dict[str, float] | None = None  # custom resources: the nodes this role may sit on
 
 
 def reserve(bundles: list[BundleSpec], strategy: str, name: str, timeout_s: float = 60.0) -> tuple[PlacementGroup, dict]:
@@ -33,13 +34,13 @@ def reserve(bundles: list[BundleSpec], strategy: str, name: str, timeout_s: floa
     flat, offsets = [], {}
     for b in bundles:
         offsets[b.role] = len(flat)
-        res = {"CPU": b.num_cpus} | ({"GPU": b.num_gpus} if b.num_gpus else {})
+        res = {"CPU": b.num_cpus} | ({"GPU": b.num_gpus} if b.num_gpus else {}) | dict(b.resources or {})
         flat.extend([res] * b.count)
     pg = placement_group(flat, strategy=strategy, name=name)
     ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
     if not ready:
         remove_placement_group(pg)
-        want = {k: sum(r.get(k, 0) for r in flat) for k in ("CPU", "GPU")}
+        want = {k: sum(r.get(k, 0) for r in flat) for k in dict.fromkeys(k for r in flat for k in r)}
         raise RuntimeError(f"placement group of {want} not placeable within {timeout_s}s; "
                            f"cluster has {ray.cluster_resources()}: lower *.num_cpus or raise cluster.num_cpus")
     return pg, offsets

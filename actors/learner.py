@@ -74,7 +74,7 @@ class LearnerWorker:
     """Plain class; `actors/group.py` applies ray.remote. Rank 0 serves weights and checkpoints."""
 
     def __init__(self, cfg: LearnerConfig, model_path: str, dtype: str, rank: int, world_size: int,
-                 init_method: str, master_port: int, seed: int = 0):
+                 init_method: str, master_port: int, seed: int = 0, model_files: dict | None = None):
         from engines.collective import loopback_only
 
         # init_method: file:// when every rank is on one node (no store socket; gloo on loopback),
@@ -90,6 +90,11 @@ class LearnerWorker:
         from actors.locks import clear_stale_build_locks
 
         clear_stale_build_locks()  # else a build killed earlier makes DeepSpeed's op build wait forever
+        if model_files is not None:  # no shared filesystem: this node's copy of the model (actors/files.py)
+            from actors.files import local_model
+
+            model_path = local_model(model_files)
+        self.model_path = model_path
         import deepspeed
         from transformers import AutoModelForCausalLM
 
@@ -163,30 +168,59 @@ class LearnerWorker:
         norm = {"global_tokens": global_tokens, "global_seqs": global_seqs, "dp_size": self.world}
         stats: dict[str, float] = {}
         if cfg.recompute_old_logprobs:  # the behaviour policy as the learner computes it (before any update)
+            engine = batch.old_logprobs
             batch, stats["actor/engine_logprob_gap"] = self._recompute_old(batch, temperature)
+            if cfg.rollout_is != "off":  # TIS / MIS: the engine's samples reweighted to the learner's policy
+                import dataclasses
+
+                w, m = algo.rollout_is_weights(batch.old_logprobs, engine, batch.response_mask, level=cfg.rollout_is,
+                                               mode=cfg.rollout_is_mode, cap=cfg.rollout_is_cap)
+                batch = dataclasses.replace(batch, is_weights=w)
+                stats |= m
             self.engine.train()
+        # PPO mini-batches: each piece is one optimizer step, normalised by its own global counts
+        pieces = batch.pieces(cfg.ppo_mini_batches)
+        updates = cfg.ppo_epochs * len(pieces)
         for _ in range(cfg.ppo_epochs):
-            micro = batch.split(cfg.micro_batch_size)
-            for i, mb in enumerate(micro):
-                mask = mb.response_mask.to(self.device)
-                logp = self._logprobs(self.engine, mb.input_ids, mb.attention_mask, temperature, mb.structure())
-                loss, m = algo.policy_loss(
-                    logp, mb.old_logprobs.to(self.device), mb.advantages.to(self.device), mask,
-                    clip_low=cfg.clip_ratio_low, clip_high=cfg.clip_ratio_high, agg=cfg.loss_agg_mode, **norm)
-                if self.ref_model is not None:
-                    with torch.no_grad():
-                        ref = self._logprobs(self.ref_model, mb.input_ids, mb.attention_mask, temperature,
-                                              mb.structure())
-                    kl = algo.kl_loss(logp, ref, mask, kind=cfg.kl_type, agg=cfg.loss_agg_mode, **norm)
-                    loss = loss + cfg.kl_coef * kl
-                    stats["actor/kl"] = stats.get("actor/kl", 0.0) + float(kl)
-                grad_norm = self._backward_step(loss, boundary=i == len(micro) - 1)
-                stats["actor/pg_loss"] = stats.get("actor/pg_loss", 0.0) + float(loss.detach())
-                for k, v in m.items():
-                    stats[k] = stats.get(k, 0.0) + float(v) / len(micro)
+            for piece in pieces:
+                piece_norm = norm if len(pieces) == 1 else self._piece_norm(piece)
+                grad_norm = self._update(piece, piece_norm, temperature, stats, updates)
         stats["actor/grad_norm"] = grad_norm
         stats["actor/lr"] = lr
         return stats
+
+    def _update(self, batch: TrainBatch, norm: dict, temperature: float, stats: dict, updates: int) -> float:
+        """One optimizer step over `batch` (its micro-batches accumulated); adds the stats, averaged over
+        the `updates` of this GRPO step; returns the gradient norm."""
+        cfg = self.cfg
+        micro = batch.split(cfg.micro_batch_size)
+        for i, mb in enumerate(micro):
+            mask = mb.response_mask.to(self.device)
+            logp = self._logprobs(self.engine, mb.input_ids, mb.attention_mask, temperature, mb.structure())
+            loss, m = algo.policy_loss(
+                logp, mb.old_logprobs.to(self.device), mb.advantages.to(self.device), mask,
+                clip_low=cfg.clip_ratio_low, clip_high=cfg.clip_ratio_high, agg=cfg.loss_agg_mode, **norm,
+                is_weights=None if mb.is_weights is None else mb.is_weights.to(self.device))
+            if self.ref_model is not None:
+                with torch.no_grad():
+                    ref = self._logprobs(self.ref_model, mb.input_ids, mb.attention_mask, temperature, mb.structure())
+                kl = algo.kl_loss(logp, ref, mask, kind=cfg.kl_type, agg=cfg.loss_agg_mode, **norm)
+                loss = loss + cfg.kl_coef * kl
+                stats["actor/kl"] = stats.get("actor/kl", 0.0) + float(kl) / updates
+            grad_norm = self._backward_step(loss, boundary=i == len(micro) - 1)
+            stats["actor/pg_loss"] = stats.get("actor/pg_loss", 0.0) + float(loss.detach()) / updates
+            for k, v in m.items():
+                stats[k] = stats.get(k, 0.0) + float(v) / len(micro) / updates
+        return grad_norm
+
+    def _piece_norm(self, piece: TrainBatch) -> dict:
+        """A mini-batch's global token and sequence counts (summed over the learner ranks)."""
+        counts = torch.tensor([float(piece.response_mask.sum()), float(len(piece))])
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(counts)
+        return {"global_tokens": int(counts[0]), "global_seqs": int(counts[1]), "dp_size": self.world}
 
     def sft_step(self, batch: SFTBatch, global_tokens: int, lr: float,
                  weight_decay: float | None = None) -> dict[str, float]:
@@ -269,6 +303,28 @@ class LearnerWorker:
     def save_training_state(self, path: str) -> None:
         """DeepSpeed checkpoint (optimizer + scheduler + model shards); collective."""
         self.engine.save_checkpoint(path, tag="state")
+
+    def save_files(self) -> dict[str, bytes]:
+        """A checkpoint written on this node and returned as files (`cluster.shared_fs=false`): rank 0's
+        `model/` and every rank's share of `training_state/`; the driver merges and stores them."""
+        import tempfile
+
+        from actors.files import read_tree
+
+        with tempfile.TemporaryDirectory(prefix="parallax-ckpt-") as d:
+            self.save_pretrained(f"{d}/model")
+            self.save_training_state(f"{d}/training_state")
+            return read_tree(d)
+
+    def load_training_state_files(self, files: dict[str, bytes]) -> None:
+        """`load_training_state` from files the driver read out of its checkpoint."""
+        import tempfile
+
+        from actors.files import write_tree
+
+        with tempfile.TemporaryDirectory(prefix="parallax-ckpt-") as d:
+            write_tree(d, files)
+            self.load_training_state(f"{d}/training_state")
 
     def load_training_state(self, path: str) -> None:
         """Restore weights and optimizer written by `save_training_state`; collective."""

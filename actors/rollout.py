@@ -17,8 +17,15 @@ class RolloutWorker:
     engine's model (dispatch kv) or the request executor over any engine's `generate` (requests).
     """
 
-    def __init__(self, cfg: RolloutConfig, model_path: str, dtype: str = "float32", fmt: str = "parallel_r1"):
+    def __init__(self, cfg: RolloutConfig, model_path: str, dtype: str = "float32", fmt: str = "parallel_r1",
+                 model_files: dict | None = None):
         import torch
+
+        if model_files is not None:  # no shared filesystem: this node's copy of the model (actors/files.py)
+            from actors.files import local_model
+
+            model_path = local_model(model_files)
+        self.model_path = model_path
 
         torch.set_num_threads(cfg.torch_threads)
         self.cfg = cfg
@@ -47,8 +54,8 @@ class RolloutWorker:
     def generate(self, prompts: list[Prompt], n: int, seed: int, greedy: bool = False,
                  max_new_tokens: int | None = None, version: int | None = None) -> list[Trajectory]:
         """`n` samples of every prompt, grouped by prompt (prompt-major order). With `version`, only
-        from weights of that version (`StaleWeights` otherwise: this actor restarted since the last sync)."""
-        if version is not None and version != self.version:
+        from weights of that version or later (`StaleWeights` otherwise: it restarted since the last sync)."""
+        if version is not None and self.version < version:
             from actors.faults import StaleWeights
 
             raise StaleWeights(f"asked for samples of policy version {version}, this actor holds version "

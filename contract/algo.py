@@ -50,8 +50,9 @@ def policy_loss(
     global_tokens: int,
     global_seqs: int,
     dp_size: int,
+    is_weights: torch.Tensor | None = None,  # [b, L] off-policy correction (rollout_is_weights)
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """verl's vanilla clipped PPO/GRPO loss for one micro-batch.
+    """verl's vanilla clipped PPO/GRPO loss for one micro-batch (times `is_weights` per token, if given).
 
     The loss is normalised by the *global* token (or sequence) count and multiplied by the
     data-parallel size, so that summing micro-batch losses and averaging over ranks yields
@@ -62,7 +63,8 @@ def policy_loss(
     cfg = _actor_config(clip_low, clip_high, agg)
     # The config is frozen but its global_batch_info dict is the documented per-step channel.
     cfg.global_batch_info.update(dp_size=dp_size, batch_num_tokens=global_tokens, global_batch_size=global_seqs)
-    return get_policy_loss_fn("vanilla")(old_logprobs, logprobs, advantages, response_mask, agg, cfg)
+    return get_policy_loss_fn("vanilla")(old_logprobs, logprobs, advantages, response_mask, agg, cfg,
+                                         rollout_is_weights=is_weights)
 
 
 def kl_loss(
@@ -100,3 +102,31 @@ def warmup_cosine(step: int, total: int, base_lr: float, warmup_ratio: float) ->
         return base_lr * (step + 1) / warm
     progress = (step - warm) / max(1, total - warm)
     return base_lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def rollout_is_weights(learner_logprobs: torch.Tensor, engine_logprobs: torch.Tensor, response_mask: torch.Tensor,
+                       *, level: str = "token", mode: str = "truncate", cap: float = 2.0
+                       ) -> tuple[torch.Tensor, dict[str, float]]:
+    """Off-policy correction weights for the policy loss: pi_learner / pi_behaviour per token (or per
+    sequence, their product), through verl's `compute_rollout_correction_weights`. `truncate` (TIS)
+    clamps them at `cap`; `mask` (MIS, verl's IcePop bounds) zeroes those outside [1/cap, cap].
+    Detached, 0 off-response. Metrics: the mean raw ratio and the share of tokens the cap changed.
+
+    >>> w, m = rollout_is_weights(torch.tensor([[0.0, -1.0, -1.0]]), torch.tensor([[0.0, -2.0, -1.0]]),
+    ...                           torch.tensor([[0.0, 1.0, 1.0]]))
+    >>> [round(x, 4) for x in w[0].tolist()], round(m["actor/is_ratio"], 4), m["actor/is_capped"]
+    ([0.0, 2.0, 1.0], 1.8591, 0.5)
+    """
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
+
+    if mode not in ("truncate", "mask"):
+        raise ValueError(f"rollout IS mode must be truncate or mask, got {mode!r}")
+    mask = response_mask.to(learner_logprobs.dtype)
+    log_ratio = (learner_logprobs - engine_logprobs) * mask
+    threshold = cap if mode == "truncate" else f"{1.0 / cap}_{cap}"
+    weights, _ = compute_rollout_correction_weights(log_ratio, mask, rollout_is=level, rollout_is_threshold=threshold)
+    raw = log_ratio.sum(-1, keepdim=True).exp().expand_as(log_ratio) if level == "sequence" else log_ratio.exp()
+    on = mask.bool()
+    metrics = {"actor/is_ratio": float(raw[on].mean()) if on.any() else 1.0,
+               "actor/is_capped": float((weights[on] != raw[on]).float().mean()) if on.any() else 0.0}
+    return weights * mask, metrics

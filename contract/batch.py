@@ -9,6 +9,7 @@ no torch needed); the learner-facing ``TrainBatch`` is padded tensors.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,19 +120,30 @@ class TrainBatch:
     position_ids: Any = None  # [B, L] long, the engine's position ids (0 on padding)
     segment_ids: Any = None  # [B, L] long, execution segment of each token (-1 on padding)
     segment_visible: Any = None  # [B, S, S] bool, segment s attends to segment s' (diagonal True)
+    # Off-policy correction per response token (learner.rollout_is; the learner fills it); None: off.
+    is_weights: Any = None  # [B, L] float
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
 
     def shard(self, rank: int, world: int) -> TrainBatch:
         """Rows rank::world — each data-parallel learner takes one interleaved slice."""
-        return TrainBatch(*(_rows(t, slice(rank, None, world)) for t in self.tensors() + self.structure()))
+        return TrainBatch(*(_rows(t, slice(rank, None, world)) for t in self._all()))
 
     def split(self, size: int) -> list[TrainBatch]:
         """Micro-batches of at most `size` rows."""
-        n = len(self)
-        every = self.tensors() + self.structure()
+        n, every = len(self), self._all()
         return [TrainBatch(*(_rows(t, slice(i, i + size)) for t in every)) for i in range(0, n, size)]
+
+    def pieces(self, k: int) -> list[TrainBatch]:
+        """`k` contiguous pieces of nearly equal rows (PPO mini-batches; as many on every rank)."""
+        n, every = len(self), self._all()
+        q, r = divmod(n, k)
+        bounds = [i * q + min(i, r) for i in range(k + 1)]
+        return [TrainBatch(*(_rows(t, slice(a, b)) for t in every)) for a, b in itertools.pairwise(bounds) if b > a]
+
+    def _all(self) -> tuple:
+        return self.tensors() + self.structure() + (self.is_weights,)
 
     def tensors(self) -> tuple:
         return (self.input_ids, self.attention_mask, self.response_mask, self.old_logprobs, self.advantages)

@@ -192,6 +192,9 @@ class RolloutConfig:
     max_batch_size: int = 256
     num_cpus: float = 0.5
     num_gpus: float = 0.0
+    # Custom Ray resources each actor's bundle asks for, to place the role on the nodes that offer
+    # them (`ray start --resources='{"rollout_node": 1}'`); empty: any node with the CPUs/GPUs.
+    resources: dict[str, float] = field(default_factory=dict)
     torch_threads: int = 2
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
@@ -199,6 +202,7 @@ class RolloutConfig:
 
     def __post_init__(self) -> None:
         _check(self.num_actors >= 1, "rollout.num_actors", "must be >= 1")
+        _check_resources("rollout.resources", self.resources)
         _check(self.n >= 1, "rollout.n", "must be >= 1")
         _check(self.temperature > 0, "rollout.temperature", "must be > 0")
         _check(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
@@ -226,6 +230,9 @@ class RewardConfig:
     # Per-item verification timeout in seconds (sympy can hang on adversarial answers).
     timeout_s: float = 5.0
     num_cpus: float = 0.25
+    # Custom Ray resources each actor's bundle asks for, to place the role on the nodes that offer
+    # them (`ray start --resources='{"rollout_node": 1}'`); empty: any node with the CPUs/GPUs.
+    resources: dict[str, float] = field(default_factory=dict)
     # Sweepable shortcuts for `params` (null: unset), so a sweep reads `reward.beta_sub=0.05,0.1`;
     # merged into `params` at validation. PA-GRPO: alpha (latency), beta_sub / beta_trial (branch
     # shares), rho / rho_clip (acceleration bonus).
@@ -236,6 +243,7 @@ class RewardConfig:
     rho_clip: float | None = None
 
     def __post_init__(self) -> None:
+        _check_resources("reward.resources", self.resources)
         self.params = dict(self.params)
         for key in REWARD_SHORTCUTS:
             value = getattr(self, key)
@@ -249,6 +257,15 @@ class RewardConfig:
 
 #: RewardConfig fields that are reward parameters (merged into `params`).
 REWARD_SHORTCUTS = ("alpha", "beta_sub", "beta_trial", "rho", "rho_clip")
+
+
+def _check_resources(key: str, resources: dict[str, float]) -> None:
+    import math
+
+    for name, amount in resources.items():
+        _check(isinstance(amount, (int, float)) and math.isfinite(amount) and amount > 0, f"{key}.{name}",
+               f"must be a finite amount > 0, got {amount!r}")
+        _check(name not in ("CPU", "GPU"), f"{key}.{name}", "CPU and GPU are num_cpus / num_gpus")
 
 
 @dataclass
@@ -279,6 +296,14 @@ class LearnerConfig:
     # bf16 against DeepSpeed, and vLLM under structured outputs, whose logprobs are after the grammar
     # mask. Costs one no-grad forward per step; on CPU (hf engine, fp32) the two agree to ~1e-6.
     recompute_old_logprobs: bool = False
+    # Off-policy correction of stale or engine-skewed samples (needs recompute_old_logprobs): the loss
+    # is weighted by pi_learner / pi_engine per token or per sequence (verl's rollout correction),
+    # truncated at rollout_is_cap (TIS) or masked outside [1/cap, cap] (MIS). off: none.
+    rollout_is: str = "off"
+    rollout_is_mode: str = "truncate"
+    rollout_is_cap: float = 2.0
+    # Optimizer steps per rollout batch and epoch: the batch in this many mini-batches (PPO).
+    ppo_mini_batches: int = 1
     # How the learner lays out a trajectory (layouts/): causal (one row, causal attention: the Seen
     # variant) | structured (one row; each branch sees the prefix and itself, the join sees all
     # branches, positions as the engine used them: the Unseen variant) | threadweaver (one causal
@@ -288,6 +313,9 @@ class LearnerConfig:
     gradient_checkpointing: bool = False
     num_cpus: float = 0.5
     num_gpus: float = 0.0
+    # Custom Ray resources each actor's bundle asks for, to place the role on the nodes that offer
+    # them (`ray start --resources='{"rollout_node": 1}'`); empty: any node with the CPUs/GPUs.
+    resources: dict[str, float] = field(default_factory=dict)
     torch_threads: int = 2
     # Cold-start SFT optimiser settings (the paper: LR 1e-5, wd 0.01, warm-up 0.1, cosine).
     sft_lr: float = 3e-3
@@ -303,6 +331,7 @@ class LearnerConfig:
 
     def __post_init__(self) -> None:
         _check(self.num_actors >= 1, "learner.num_actors", "must be >= 1")
+        _check_resources("learner.resources", self.resources)
         _check(self.sft_pack_length >= 1, "learner.sft_pack_length", "must be >= 1")
         _check(self.zero_stage in (0, 1, 2, 3), "learner.zero_stage", f"must be 0-3, got {self.zero_stage}")
         _check(self.lr > 0, "learner.lr", "must be > 0")
@@ -315,6 +344,12 @@ class LearnerConfig:
         _check(self.loss_agg_mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"),
                "learner.loss_agg_mode", f"unknown mode {self.loss_agg_mode!r}")
         _check(self.kl_coef >= 0, "learner.kl_coef", "must be >= 0")
+        _check(self.rollout_is in ("off", "token", "sequence"), "learner.rollout_is",
+               f"must be off, token or sequence, got {self.rollout_is!r}")
+        _check(self.rollout_is_mode in ("truncate", "mask"), "learner.rollout_is_mode",
+               f"must be truncate or mask, got {self.rollout_is_mode!r}")
+        _check(self.rollout_is == "off" or self.recompute_old_logprobs, "learner.rollout_is",
+               "needs learner.recompute_old_logprobs=true (the learner's logprobs of the behaviour samples)")
         _check(self.layout in ("causal", "structured", "threadweaver"), "learner.layout",
                f"unknown layout {self.layout!r}; valid: causal, structured, threadweaver")
         _check(0 <= self.sft_warmup_ratio < 1, "learner.sft_warmup_ratio", "must be in [0, 1)")
@@ -353,6 +388,13 @@ class TrainerConfig:
     # When a learner is lost (or a rollout/reward actor is past cluster.max_restarts), start the run
     # again from its newest verified checkpoint, up to this many times (0: the run fails, naming the actor).
     max_failures: int = 0
+    # The pipeline: generation for the next N steps runs while the learners update on this one
+    # (samples at most N policy versions old; learner.rollout_is corrects for it). 0: synchronous.
+    max_staleness: int = 0
+    # DAPO dynamic sampling: drop groups whose accuracy is all 0 or all 1 and refill the batch with
+    # fresh prompts, at most this many extra generations per step.
+    dynamic_sampling: bool = False
+    dynamic_sampling_rounds: int = 3
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -377,9 +419,15 @@ class ClusterConfig:
     # The dashboard binds to loopback only; tunnel with `ssh -L 8265:127.0.0.1:8265` to watch remotely.
     dashboard_host: str = "127.0.0.1"
     placement_strategy: str = "PACK"
+    # Seconds the run's placement group may wait for the cluster to hold it (then a clear error);
+    # a sweep's jobs wait longer, for the actors of earlier jobs to leave.
+    placement_timeout_s: float = 60.0
     # A local cluster binds every Ray port to 127.0.0.1 (nothing reachable from the network); false
     # binds the node's address, to attach other machines to it. Ignored with `address`.
     loopback: bool = True
+    # Whether every node sees the driver's run directory. false: the model goes to each node through
+    # the object store, and learners hand checkpoint files to the driver, which stores them.
+    shared_fs: bool = True
     # Rollout and reward actors Ray restarts after a crash (a lost actor's chunk runs again, on a live
     # actor or on the restarted one, at most this often per chunk); learners never restart.
     max_restarts: int = 3

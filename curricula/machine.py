@@ -60,6 +60,15 @@ class Curriculum:
         """The reward of the current step (None: SFT, or the run's reward config)."""
         return self.definition.reward_choice(self.stage_step)
 
+    def surely_in_stage(self, ahead: int) -> bool:
+        """Whether the step `ahead` steps from now is surely in the current stage: its budget has room
+        and nothing a metric decides (`until`, `epochs`) can end the stage before (the driver's
+        pipeline only runs such steps ahead)."""
+        if self.done:
+            return False
+        stage = self.stages[self.index]
+        return not stage.until and stage.epochs is None and self.stage_step + ahead < stage.steps
+
     @property
     def total_steps(self) -> int:
         """Upper bound on the run's steps (transitions can end stages earlier)."""

@@ -14,6 +14,7 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from actors.files import pack_model
 from actors.group import BundleSpec, LearnerGroup, RewardActorGroup, RolloutGroup, reserve
 from actors.locks import extensions_dir
 from actors.weight_sync import WeightSync, make_weight_sync
@@ -32,6 +33,8 @@ def start_cluster(cfg: ClusterConfig) -> None:
     if ray.is_initialized():
         return
     if cfg.address:
+        if cfg.loopback and cfg.address.split("://")[-1].rpartition(":")[0] in ("127.0.0.1", "localhost"):
+            bind_loopback()  # a cluster on this machine's loopback (ray.cluster_utils): this driver is on it too
         ray.init(address=cfg.address, runtime_env={"env_vars": env}, log_to_driver=True)
     else:
         if cfg.loopback:
@@ -107,6 +110,17 @@ class Groups:
     sync: WeightSync
     placement_group: object
 
+    def placement(self) -> dict[str, dict[str, str]]:
+        """Where each actor runs: `rollout_0` -> its node id and IP, and the model path it loaded."""
+        def where(worker) -> dict[str, str]:
+            ctx = ray.get_runtime_context()
+            return {"node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(),
+                    "model_path": str(getattr(worker, "model_path", ""))}
+
+        refs = {f"{g.role}_{i}": a.__ray_call__.remote(where) for g in (self.rollout, self.reward, self.learner)
+                for i, a in enumerate(g.actors)}
+        return dict(zip(refs, ray.get(list(refs.values()))))
+
     def shutdown(self) -> None:
         """Free the run's actors and placement group (sweep jobs share one Ray cluster)."""
         from ray.util import remove_placement_group
@@ -125,10 +139,10 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
 
     r, w, lcfg = cfg.rollout, cfg.reward, cfg.learner
     pg, off = reserve([
-        BundleSpec("rollout", r.num_actors, r.num_cpus, r.num_gpus),
-        BundleSpec("reward", w.num_actors, w.num_cpus, 0.0),
-        BundleSpec("learner", lcfg.num_actors, lcfg.num_cpus, lcfg.num_gpus),
-    ], cfg.cluster.placement_strategy, name=f"parallax/{run_name}")
+        BundleSpec("rollout", r.num_actors, r.num_cpus, r.num_gpus, r.resources),
+        BundleSpec("reward", w.num_actors, w.num_cpus, 0.0, w.resources),
+        BundleSpec("learner", lcfg.num_actors, lcfg.num_cpus, lcfg.num_gpus, lcfg.resources),
+    ], cfg.cluster.placement_strategy, name=f"parallax/{run_name}", timeout_s=cfg.cluster.placement_timeout_s)
     prefix = f"parallax/{run_name}"
     on_rank0 = _rendezvous.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
         pg, placement_group_bundle_index=off["learner"]))
@@ -141,16 +155,18 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
 
     sync = make_weight_sync(r.weight_sync, sync_store, gpus=bool(r.num_gpus and lcfg.num_gpus))
     init_method = store_address(local, addr, port, tmp, f"{run_name}-learners")
+    # no shared filesystem: the model's files go into the object store once, each node writes its copy
+    files = {} if cfg.cluster.shared_fs else {"model_files": ray.put(pack_model(model_path))}
     learner = LearnerGroup(
         "learner", LearnerWorker, lcfg.num_actors, pg, off["learner"], lcfg.num_cpus, lcfg.num_gpus,
         lambda i: {"cfg": lcfg, "model_path": model_path, "dtype": cfg.model.dtype, "rank": i,
                        "world_size": lcfg.num_actors, "init_method": init_method, "master_port": port,
-                       "seed": cfg.trainer.seed},
+                       "seed": cfg.trainer.seed, **files},
         prefix)
     rollout = RolloutGroup(
         "rollout", RolloutWorker, r.num_actors, pg, off["rollout"], r.num_cpus, r.num_gpus,
         lambda i: {"cfg": r, "model_path": model_path, "dtype": cfg.model.dtype,
-                       "fmt": cfg.data.spec}, prefix, max_restarts=cfg.cluster.max_restarts)
+                       "fmt": cfg.data.spec, **files}, prefix, max_restarts=cfg.cluster.max_restarts)
     reward = RewardActorGroup(
         "reward", RewardWorker, w.num_actors, pg, off["reward"], w.num_cpus, 0.0,
         lambda i: {"reward": w.name, "params": dict(w.params), "workers": 1, "timeout_s": w.timeout_s}, prefix,

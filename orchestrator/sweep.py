@@ -38,7 +38,12 @@ def read_overrides(job_dir: Path) -> dict[str, str]:
     import yaml
 
     items = yaml.safe_load(path.read_text()) or []
-    return dict(str(o).split("=", 1) for o in items if "=" in str(o))
+    pairs = dict(str(o).split("=", 1) for o in items if "=" in str(o))
+    return {k: v for k, v in pairs.items() if k not in LAUNCHER_KEYS}
+
+
+# What the parallax_ray launcher adds to every job's command line (not the sweep's own overrides).
+LAUNCHER_KEYS = ("cluster.address", "cluster.placement_timeout_s")
 
 
 def job_row(job_dir: Path) -> dict[str, Any]:

@@ -14,14 +14,16 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+import ray
+
 from actors.engine_weights import EngineWeights
-from actors.faults import ActorLost, Redispatch, get_all, wait_alive
-from actors.group import split_chunks
+from actors.faults import ActorLost, get_all
 from contract import algo
 from contract.batch import Prompt, Trajectory
 from contract.config import ParallaxConfig
 from curricula import Curriculum, Stage
 from layouts import Layout, get_layout
+from orchestrator import generation
 from orchestrator.checkpoint import (
     find_resume_checkpoint,
     read_state,
@@ -111,6 +113,7 @@ class SetupError(Exception):
 class Trainer:
     def __init__(self, cfg: ParallaxConfig):
         self.cfg = cfg
+        self.started_at = time.time()  # wall clock (summary.json): a sweep's jobs overlap or not
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -124,6 +127,7 @@ class Trainer:
         self.stage_table: list[dict[str, Any]] = []
         g = self.groups
         self.weights = EngineWeights(g.sync, g.learner, g.rollout, cfg.cluster.max_restarts, cfg.cluster.start_timeout_s)
+        self._ahead: list[generation.Started] = []  # generations started for later steps (the pipeline)
         if ckpt is None and cfg.resume == "auto":
             truncate_metrics(self.run_dir / "metrics.jsonl", 0)  # starting over: rows of an earlier try go
         state = self._restore(ckpt) if ckpt else {}
@@ -174,16 +178,20 @@ class Trainer:
     def rl_step(self, stage: Stage, step: int) -> dict[str, Any]:
         t, g = Timer(), self.groups
         with t("step"):
-            prompts: list[Prompt] = self.data.next(stage, self._batch_size(stage))
-            n = stage.rollout_n or self.cfg.rollout.n
-            trajs, scored = self._generate_and_score(prompts, n, step, stage, step, t)
+            started = self._samples_for(stage, step)
+            prompts = started.prompts
+            trajs, scored = self._collect(started, stage, t)
+            self._start_ahead(stage, step)  # the next steps' samples generate while this one updates
+            if self.cfg.trainer.dynamic_sampling:
+                trajs, scored = self._dynamic_sampling(stage, step, started.n, trajs, scored, t)
+            staleness = [self.weights.version - x.policy_version for x in trajs]
             with t("advantages"):
                 rewards = [r for group in scored.rewards for r in group]
                 adv = algo.grpo_advantages(rewards, [x.uid for x in trajs], self.cfg.learner.norm_adv_by_std)
                 batch = self.layout.train_batch(trajs, adv, self.tokenizer.pad_token_id)
             with t("update"):
                 lr, wd = self._lr(stage)
-                stats = _mean_dicts(get_all(g.learner.async_grpo_step(batch, lr, wd, self.cfg.rollout.temperature),
+                stats = generation.mean_dicts(get_all(g.learner.async_grpo_step(batch, lr, wd, self.cfg.rollout.temperature),
                                             "learner"))
             with t("sync"):
                 synced = self.weights.push()  # sync/bytes, sync/buckets, timing/sync_send
@@ -198,7 +206,8 @@ class Trainer:
         return {**scored.metrics, **stats, **synced, **t.times, **trajectory_stats(trajs, self.fmt, "parallel", correct),
                 "response/length": mean(lengths), "response/clip_ratio": mean(x.finish_reason == "length"
                                                                               for x in trajs),
-                "throughput/tokens_per_s": sum(lengths) / t.times["timing/generate"]}
+                "throughput/tokens_per_s": sum(lengths) / max(t.times["timing/generate"], 1e-9),
+                "actor/staleness": mean(staleness), "actor/staleness_max": float(max(staleness))}
 
     def sft_step(self, stage: Stage) -> dict[str, Any]:
         t, g = Timer(), self.groups
@@ -207,7 +216,7 @@ class Trainer:
             batch = self.layout.sft_batch(problems, self.cfg.data.trace, self.tokenizer)  # the layout RL will score
             lr, wd = self._lr(stage)
             with t("update"):
-                stats = _mean_dicts(get_all(g.learner.async_sft_step(batch, lr, wd), "learner"))
+                stats = generation.mean_dicts(get_all(g.learner.async_sft_step(batch, lr, wd), "learner"))
         return {**stats, **t.times}
 
     def _prepare(self, cfg: ParallaxConfig) -> None:
@@ -249,48 +258,65 @@ class Trainer:
     # ---- helpers ----------------------------------------------------------------------------
     def _generate_and_score(self, prompts: list[Prompt], n: int, seed: int, stage: Stage, step: int,
                             t: Timer, greedy: bool = False):
-        """Generate on every rollout actor; score each chunk's groups as soon as it returns, so scoring
-        overlaps the generation still running elsewhere. A chunk whose rollout or reward actor was lost
-        runs again, with its own seed (actors/faults.py). Returns (trajectories, RewardBatch)."""
-        from rewards.scorer import RewardBatch
+        """Generate on every rollout actor and score (orchestrator/generation.py): (trajectories, RewardBatch)."""
+        started = generation.start(self.groups.rollout, self.weights, prompts, n, seed, step, greedy,
+                                   self.cfg.cluster.max_restarts)
+        return self._collect(started, stage, t)
 
-        g, retries, version = self.groups, self.cfg.cluster.max_restarts, self.weights.version
-        truth = {p.uid: p.ground_truth for p in prompts}
-        spec = reward_spec(stage, self.cfg.reward, self.fmt)
-        gen = Redispatch("rollout", g.rollout.actors,
-                         lambda a, i, chunk: a.generate.remote(chunk, n, seed * 1009 + i, greedy, None, version),
-                         self.weights.recover, retries)
-        score = Redispatch("reward", g.reward.actors,
-                           lambda a, key, groups: a.score.remote(groups, step=step, stage=stage.name, spec=spec),
-                           lambda ranks: wait_alive(g.reward.actors, ranks, self.cfg.cluster.start_timeout_s, "reward"),
-                           retries)
-        for i, chunk in enumerate(split_chunks(prompts, len(g.rollout))):
-            if chunk:
-                gen.submit(i, chunk, i)
-        chunks: dict[int, list[Trajectory]] = {}
-        with t("generate"):
-            for i, trajs in gen.completed():
-                chunks[i] = trajs
-                groups = [{"texts": [x.text for x in trajs[k:k + n]], "ground_truth": truth[trajs[k].uid]}
-                          for k in range(0, len(trajs), n)]
-                for j, part in enumerate(split_chunks(groups, len(g.reward))):
-                    if part:
-                        score.submit((i, j), part, j)
-        with t("reward"):
-            parts = dict(score.completed())
-        self.weights.lost |= gen.lost  # restarted while survivors took their chunks: the next push rejoins them
-        trajs = [x for i in sorted(chunks) for x in chunks[i]]
-        if len(trajs) != len(prompts) * n:  # never train on a step that lost samples
-            raise RuntimeError(f"generation returned {len(trajs)} samples for {len(prompts)} prompts x {n}")
-        merged = RewardBatch([], [], [], {}, {})
-        for key in sorted(parts):
-            merged.rewards += parts[key].rewards
-            merged.correct += parts[key].correct
-            merged.components += parts[key].components
-        merged.metrics = _mean_dicts([parts[key].metrics for key in sorted(parts)])
-        merged.metrics |= {"rollout/samples": float(len(trajs)), "rollout/retries": float(gen.retries),
-                           "reward/retries": float(score.retries)}
-        return trajs, merged
+    def _collect(self, started: generation.Started, stage: Stage, t: Timer):
+        return generation.collect(started, self.groups.reward, self.weights, reward_spec(stage, self.cfg.reward, self.fmt),
+                                  stage.name, t, self.cfg.cluster.max_restarts, self.cfg.cluster.start_timeout_s)
+
+    def _samples_for(self, stage: Stage, step: int) -> generation.Started:
+        """This step's generation: started ahead by the pipeline, or now."""
+        if self._ahead and self._ahead[0].step == step:
+            return self._ahead.pop(0)
+        self._ahead.clear()  # (nothing is started past a stage's end, so nothing stale is dropped here)
+        return self._start_rl(stage, step)
+
+    def _start_rl(self, stage: Stage, step: int) -> generation.Started:
+        batch = self._batch_size(stage)
+        prompts = self.data.next(stage, batch)
+        return generation.start(self.groups.rollout, self.weights, prompts, stage.rollout_n or self.cfg.rollout.n,
+                                step, step, False, self.cfg.cluster.max_restarts, data_key=f"{stage.name}/{batch}")
+
+    def _dynamic_sampling(self, stage: Stage, step: int, n: int, trajs: list[Trajectory], scored, t: Timer):
+        """DAPO's dynamic sampling (orchestrator/dynamic.py): groups all right or all wrong are filtered
+        out and fresh prompts generated, up to `trainer.dynamic_sampling_rounds` more generations, until
+        the batch holds as many informative groups as it had groups. Still short, it is topped up with
+        filtered groups (zero advantage: they move nothing), counted as `rollout/dynamic_short`."""
+        from orchestrator import dynamic
+
+        want, pool = len(trajs) // n, [(trajs, scored, dynamic.informative(scored.correct))]
+        rounds = 0
+        while sum(len(k) for _, _, k in pool) < want and rounds < self.cfg.trainer.dynamic_sampling_rounds:
+            rounds += 1
+            extra = generation.start(self.groups.rollout, self.weights, self.data.next(stage, self._batch_size(stage)),
+                                     n, 1_000_003 * rounds + step, step, False, self.cfg.cluster.max_restarts)
+            more, more_scored = self._collect(extra, stage, t)
+            pool.append((more, more_scored, dynamic.informative(more_scored.correct)))
+        kept = [dynamic.take(tr, sc, n, k) for tr, sc, k in pool]
+        filtered = sum(len(sc.correct) - len(k) for _, sc, k in pool)
+        short = max(0, want - sum(len(k) for _, _, k in pool))
+        if short:
+            idle = [g for g in range(want) if g not in set(pool[0][2])][:short]
+            kept.append(dynamic.take(trajs, scored, n, idle))
+        out, merged = dynamic.merge(kept)
+        out, merged = dynamic.take(out, merged, n, list(range(want)))
+        merged.metrics |= {"rollout/filtered": float(filtered), "rollout/dynamic_rounds": float(rounds),
+                           "rollout/dynamic_short": float(short), "rollout/samples": float(len(out)),
+                           "reward/mean": float(mean(r for group in merged.rewards for r in group))}
+        return out, merged
+
+    def _start_ahead(self, stage: Stage, step: int) -> None:
+        """The pipeline (`trainer.max_staleness` = s): keep the generations of the next s steps running
+        while the learners update on this one, each at the version the engines hold now -- only steps
+        surely in this stage (a stage that a metric can end is never run ahead)."""
+        while len(self._ahead) < self.cfg.trainer.max_staleness:
+            ahead = 1 + len(self._ahead)
+            if not self.curriculum.surely_in_stage(ahead):
+                return
+            self._ahead.append(self._start_rl(stage, step + ahead))
 
     def evaluate(self) -> dict[str, float]:
         """Held-out evaluation with the `evaluation` package's metrics. The papers' protocol:
@@ -343,12 +369,21 @@ class Trainer:
         learner = self.groups.learner
 
         def write(tmp: Path) -> None:
-            get_all(learner.async_call("save_pretrained", str(tmp / "model")), "learner")
-            self.tokenizer.save_pretrained(tmp / "model")
-            get_all(learner.async_call("save_training_state", str(tmp / "training_state")), "learner")
+            if self.cfg.cluster.shared_fs:
+                get_all(learner.async_call("save_pretrained", str(tmp / "model")), "learner")
+                get_all(learner.async_call("save_training_state", str(tmp / "training_state")), "learner")
+            else:  # each rank writes on its node and hands the files over; they are stored here
+                from actors.files import write_tree
 
+                for files in get_all(learner.async_call("save_files"), "learner"):
+                    write_tree(tmp, files)
+            self.tokenizer.save_pretrained(tmp / "model")
+
+        consumed = dict(self.data.consumed)
+        for ahead in self._ahead:  # drawn for steps not trained yet: a resumed run draws them again
+            consumed[ahead.data_key] -= 1
         state = {"curriculum": self.curriculum.state_dict(), "wandb_run_id": self.logger.run_id,
-                 "global_step": self.curriculum.global_step, "consumed": self.data.consumed,
+                 "global_step": self.curriculum.global_step, "consumed": consumed,
                  "stage_table": self.stage_table}
         self._saved_at = time.monotonic()
         return save_checkpoint(self.run_dir / "checkpoints", self.curriculum.global_step, write, state,
@@ -368,7 +403,13 @@ class Trainer:
         self.curriculum.load_state_dict(state["curriculum"])
         self.data.fast_forward(state["consumed"], {s.name: s for s in self.curriculum.stages})
         self.stage_table = list(state["stage_table"])
-        get_all(self.groups.learner.async_call("load_training_state", str(ckpt / "training_state")), "learner")
+        if self.cfg.cluster.shared_fs:
+            get_all(self.groups.learner.async_call("load_training_state", str(ckpt / "training_state")), "learner")
+        else:
+            from actors.files import read_tree
+
+            files = ray.put({f"training_state/{k}": v for k, v in read_tree(ckpt / "training_state").items()})
+            get_all(self.groups.learner.async_call("load_training_state_files", files), "learner")
         self.weights.push()
         truncate_metrics(self.run_dir / "metrics.jsonl", self.curriculum.global_step)
         print(f"resumed from {ckpt} at step {self.curriculum.global_step}")
@@ -381,7 +422,8 @@ class Trainer:
 
     def finish(self) -> dict[str, Any]:
         summary = {"run_dir": str(self.run_dir), "model_path": self.model_path, "stages": self.stage_table,
-                   "steps": self.curriculum.global_step}
+                   "steps": self.curriculum.global_step, "placement": self.groups.placement(),
+                   "started_at": self.started_at, "finished_at": time.time()}
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         from orchestrator.plots import plot_run
 
@@ -403,11 +445,6 @@ def reward_spec(stage: Stage, run_reward, fmt):
                     else (run_reward.name, dict(run_reward.params)))
     spec = resolve_spec(fmt)
     return RewardSpec(name, {"format": spec.name, **format_options(spec), **params})
-
-
-def _mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:
-    keys = {k for d in dicts for k in d}
-    return {k: mean(d[k] for d in dicts if k in d) for k in keys}
 
 
 def _plain(cfg: ParallaxConfig) -> dict[str, Any]:

@@ -87,17 +87,19 @@ def test_sweep_experiment_wires_the_callback_and_a_wandb_group():
 
 
 @pytest.mark.slow
-def test_two_by_two_sweep_finishes_on_cpu(tmp_path):
-    """The issue's sweep command at the tiniest size: 4 jobs, one process and Ray cluster, one table.
+def test_two_by_two_sweep_runs_its_jobs_at_once_on_one_cluster(tmp_path):
+    """The issue's sweep command at the tiniest size: 4 jobs under the parallax_ray launcher, each its
+    own driver on one Ray cluster, all running at once (their start-to-end intervals overlap), one table.
 
-    Needs the trainer to build the curriculum from `curriculum.stages` and to release each job's
-    placement group when the job ends (else job 4 cannot be placed). ~2 min a job on a shared 2-core box.
+    Needs each job's placement group to fit beside the others' (4 logical CPUs x 4 jobs of 1.0) and
+    to be released when the job ends.
     """
     tiny = ["data.n_train=64", "data.n_test=4", "trainer.sft_batch_size=8", "trainer.prompts_per_step=2",
             "rollout.n=2", "rollout.max_new_tokens=16", "curriculum.stages.sft.steps=2",
             "curriculum.stages.rl.steps=1", "logging.progress_bar=false", "logging.wandb_mode=disabled",
-            "cluster.include_dashboard=false"]
-    cmd = [sys.executable, "-m", "orchestrator", "-m", "+experiment=parason_pa_grpo",
+            "cluster.include_dashboard=false", "cluster.num_cpus=8", "rollout.num_cpus=0.25",
+            "reward.num_cpus=0.25", "learner.num_cpus=0.25", "rollout.torch_threads=1", "learner.torch_threads=1"]
+    cmd = [sys.executable, "-m", "orchestrator", "-m", "hydra/launcher=parallax_ray", "+experiment=parason_pa_grpo",
            "reward.beta_sub=0.05,0.1", "reward.beta_trial=0.05,0.1", *tiny, f"hydra.sweep.dir={tmp_path}"]
     out = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -107,3 +109,9 @@ def test_two_by_two_sweep_finishes_on_cpu(tmp_path):
     assert {(r["overrides"]["reward.beta_sub"], r["overrides"]["reward.beta_trial"]) for r in table["jobs"]} == {
         ("0.05", "0.05"), ("0.05", "0.1"), ("0.1", "0.05"), ("0.1", "0.1")}
     assert all("eval/acc" in r["metrics"] for r in table["jobs"])
+    spans = [json.loads((tmp_path / r["job"] / "summary.json").read_text()) for r in table["jobs"]]
+    spans = [(s["started_at"], s["finished_at"]) for s in spans]
+    assert max(a for a, _ in spans) < min(b for _, b in spans), f"the jobs ran one after another: {spans}"
+    # one cluster: every job attached to the launcher's
+    assert len({(tmp_path / r["job"] / ".hydra" / "overrides.yaml").read_text().split("cluster.address=")[1].split()[0]
+                for r in table["jobs"]}) == 1

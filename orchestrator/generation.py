@@ -1,0 +1,89 @@
+"""A step's samples: generation started on the rollout actors, then collected and scored.
+
+Starting and collecting are apart so the driver can start a later step's generation before the
+learners update on this one (`trainer.max_staleness`): `start` submits every chunk at the policy
+version the engines hold then, and returns at once; `collect` waits for the chunks, scores each as it
+returns (scoring overlaps the generation still running), and runs again any chunk whose rollout or
+reward actor was lost (actors/faults.py), with its own seed. Every trajectory records the version it
+was sampled with; a generate call runs whole on one engine between two pushes, so no trajectory, and
+no fork/join block in it, spans two versions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import mean
+
+from actors.engine_weights import EngineWeights
+from actors.faults import Redispatch, wait_alive
+from actors.group import RewardActorGroup, RolloutGroup, split_chunks
+from contract.batch import Prompt, Trajectory
+
+
+@dataclass
+class Started:
+    """A generation in flight: what was asked, at which policy version, and its dispatcher."""
+
+    prompts: list[Prompt]
+    n: int
+    step: int
+    version: int
+    gen: Redispatch
+    data_key: str = ""  # the data stream it drew its prompts from (a checkpoint gives them back)
+
+
+def start(rollout: RolloutGroup, weights: EngineWeights, prompts: list[Prompt], n: int, seed: int, step: int,
+          greedy: bool, max_restarts: int, data_key: str = "") -> Started:
+    """Submit `n` samples of every prompt, split over the rollout actors; chunk i draws seed*1009+i.
+    An engine refuses it if it holds an older version than now (it restarted since)."""
+    version = weights.version
+    gen = Redispatch("rollout", rollout.actors,
+                     lambda a, i, chunk: a.generate.remote(chunk, n, seed * 1009 + i, greedy, None, version),
+                     weights.recover, max_restarts)
+    for i, chunk in enumerate(split_chunks(prompts, len(rollout))):
+        if chunk:
+            gen.submit(i, chunk, i)
+    return Started(prompts, n, step, version, gen, data_key)
+
+
+def collect(started: Started, reward: RewardActorGroup, weights: EngineWeights, spec, stage_name: str, t,
+            max_restarts: int, start_timeout_s: float):
+    """(trajectories prompt-major, RewardBatch) of a started generation, scored with `spec`; times the
+    wait as `generate` and the scoring left after it as `reward`. Never fewer samples than asked."""
+    from rewards.scorer import RewardBatch
+
+    n, step = started.n, started.step
+    truth = {p.uid: p.ground_truth for p in started.prompts}
+    score = Redispatch("reward", reward.actors,
+                       lambda a, key, groups: a.score.remote(groups, step=step, stage=stage_name, spec=spec),
+                       lambda ranks: wait_alive(reward.actors, ranks, start_timeout_s, "reward"), max_restarts)
+    chunks: dict[int, list[Trajectory]] = {}
+    with t("generate"):
+        for i, trajs in started.gen.completed():
+            chunks[i] = trajs
+            groups = [{"texts": [x.text for x in trajs[k:k + n]], "ground_truth": truth[trajs[k].uid]}
+                      for k in range(0, len(trajs), n)]
+            for j, part in enumerate(split_chunks(groups, len(reward))):
+                if part:
+                    score.submit((i, j), part, j)
+    with t("reward"):
+        parts = dict(score.completed())
+    weights.lost |= started.gen.lost  # restarted while survivors took their chunks: the next push rejoins them
+    trajs = [x for i in sorted(chunks) for x in chunks[i]]
+    if len(trajs) != len(started.prompts) * n:  # never train on a step that lost samples
+        raise RuntimeError(f"generation returned {len(trajs)} samples for {len(started.prompts)} prompts x {n}")
+    merged = RewardBatch([], [], [], {}, {})
+    for key in sorted(parts):
+        merged.rewards += parts[key].rewards
+        merged.correct += parts[key].correct
+        merged.components += parts[key].components
+    merged.metrics = mean_dicts([parts[key].metrics for key in sorted(parts)])
+    merged.metrics |= {"rollout/samples": float(len(trajs)), "rollout/retries": float(started.gen.retries),
+                       "reward/retries": float(score.retries)}
+    return trajs, merged
+
+
+def mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:
+    """Per key, the mean over the dicts that have it (one figure from every actor's)."""
+    keys = {k for d in dicts for k in d}
+    return {k: mean(d[k] for d in dicts if k in d) for k in keys}

@@ -109,6 +109,9 @@ class Groups:
     learner: LearnerGroup
     sync: WeightSync
     placement_group: object
+    # The model's files in the object store (cluster.shared_fs=false): held here, so a restarted
+    # actor can build from them again.
+    model_files: object = None
 
     def placement(self) -> dict[str, dict[str, str]]:
         """Where each actor runs: `rollout_0` -> its node id and IP, and the model path it loaded."""
@@ -177,4 +180,4 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
     reward.wait_ready(timeout)
     learner.wait_ready(timeout, f"model load, DeepSpeed init; a torch extension build lock left by a killed run "
                        f"waits up to 300 s before it is cleared ({extensions_dir()}/*/*/lock)")
-    return Groups(rollout, reward, learner, sync, pg)
+    return Groups(rollout, reward, learner, sync, pg, files.get("model_files"))

@@ -1,5 +1,10 @@
-"""A visible run: the Prometheus endpoint the Ray dashboard reads serves the run's step metrics while
-it trains, W&B gets tables of sampled trajectories, and the progress bar shows stage, reward and #Parallel."""
+"""A visible run that exposes nothing, checked on one run while it trains (2 DeepSpeed learners, the
+collective weight sync, the dashboard on):
+
+* the Prometheus endpoint the Ray dashboard reads serves the run's step metrics, W&B gets tables of
+  sampled trajectories, and the progress bar shows stage, reward and #Parallel;
+* every listening socket of the run's process tree is on the loopback: none on a wildcard address
+  (0.0.0.0, ::) and none on the machine's own address (a local run, `cluster.loopback`)."""
 
 from __future__ import annotations
 
@@ -13,7 +18,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
+from listeners import listeners, loopback  # tests/e2e is on sys.path
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -47,15 +54,25 @@ def test_metrics_endpoint_tables_and_progress_bar(tmp_path):
     cmd = [sys.executable, "-m", "orchestrator", "+experiment=smoke", "curriculum.stages.sft.steps=4",
            "curriculum.stages.rl.steps=6", "trainer.eval_after_stage=false", "data.n_train=64",
            "logging.table_every=2", "logging.table_rows=3", "logging.progress_bar=true",
-           f"cluster.metrics_export_port={port}", "cluster.include_dashboard=false", f"hydra.run.dir={run}"]
+           f"cluster.metrics_export_port={port}", "cluster.include_dashboard=true", "learner.num_actors=2",
+           f"hydra.run.dir={run}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    root = psutil.Process(proc.pid)
     seen: dict[str, float] = {}
+    sockets: dict[tuple[str, int], str] = {}
+    names: set[str] = set()
     deadline = time.time() + 900
     while proc.poll() is None and time.time() < deadline:
         seen |= _scrape(port)
-        time.sleep(1)
+        sockets |= listeners(root)
+        names |= {p.name() for p in root.children(recursive=True) if p.is_running()}
+        time.sleep(0.5)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-3000:]
+    # nothing beyond the loopback; and the listing saw the run: Ray's servers and the learners
+    assert "ray::LearnerWorker" in names and {"gcs_server", "raylet"} <= set(sockets.values()), sorted(names)
+    exposed = {f"{ip}:{p} ({name})" for (ip, p), name in sockets.items() if not loopback(ip)}
+    assert not exposed, f"listening beyond the loopback: {sorted(exposed)}"
     assert f"127.0.0.1:{port}/metrics" in out
     missing = [k for k in WANTED if k not in seen]
     assert not missing, f"not scraped: {missing}; got {sorted(seen)}"

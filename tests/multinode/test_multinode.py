@@ -62,10 +62,13 @@ def test_rollout_and_learners_on_different_nodes_train_without_a_shared_filesyst
     rl = [r for r in rows if "reward/mean" in r]
     assert len(rl) == 3 and all(r["rollout/samples"] == 8 for r in rl)
     assert all(r["sync/bytes"] > 0 for r in rl)  # the collective sync across nodes
-    ckpt = run / "checkpoints" / "step_7"
+    ckpt = run / "checkpoints" / "step_000007"
     verify_checkpoint(ckpt)  # stored by the driver from the files the learners handed over
-    assert (ckpt / "training_state").is_dir() and (ckpt / "model" / "config.json").exists()
-    # and a resumed run on the same cluster loads them back through the object store
-    again = _run(run, cluster_address, "resume=auto", "curriculum.stages.rl.steps=4")
+    assert (ckpt / "model" / "config.json").exists()
+    shards = sorted(p.name for p in (ckpt / "training_state" / "state").iterdir())
+    assert "zero_pp_rank_1_mp_rank_00_optim_states.pt" in shards, shards  # rank 1's own file, from its node
+    # and a run resumed on the same cluster from the SFT checkpoint loads it back through the object store
+    again = _run(tmp_path / "again", cluster_address, f"resume={run / 'checkpoints' / 'step_000004'}")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "at step 7" in again.stdout
+    assert "at step 4" in again.stdout
+    assert json.loads((tmp_path / "again" / "summary.json").read_text())["steps"] == 7

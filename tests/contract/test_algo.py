@@ -75,3 +75,55 @@ def test_kl_low_var_is_zero_at_reference():
 def test_warmup_cosine_by_hand(step, expected):
     # 10 steps, warm-up 2: linear 0.5, 1.0; cosine over the remaining 8: 0.5*(1+cos(pi*k/8))
     assert algo.warmup_cosine(step, 10, 1.0, 0.2) == pytest.approx(expected, abs=1e-6)
+
+
+def test_rollout_is_weights_truncate_and_mask_by_hand():
+    """ratio = exp(learner - engine): e^1 = 2.718 (over the cap of 2), e^0 = 1, e^-1 = 0.368 (under 1/2)."""
+    import math
+
+    import torch
+
+    from contract.algo import rollout_is_weights
+
+    learner = torch.tensor([[0.0, -1.0, -1.0, -2.0]])
+    engine = torch.tensor([[0.0, -2.0, -1.0, -1.0]])
+    mask = torch.tensor([[0.0, 1.0, 1.0, 1.0]])
+    w, m = rollout_is_weights(learner, engine, mask, mode="truncate", cap=2.0)
+    assert w[0].tolist() == pytest.approx([0.0, 2.0, 1.0, math.exp(-1)], abs=1e-5)
+    assert m["actor/is_ratio"] == pytest.approx((math.e + 1 + math.exp(-1)) / 3, abs=1e-5)
+    assert m["actor/is_capped"] == pytest.approx(1 / 3)
+    w, _ = rollout_is_weights(learner, engine, mask, mode="mask", cap=2.0)  # outside [0.5, 2] -> 0
+    assert w[0].tolist() == pytest.approx([0.0, 0.0, 1.0, 0.0], abs=1e-6)
+    w, _ = rollout_is_weights(learner, engine, mask, level="sequence", mode="truncate", cap=2.0)
+    assert w[0].tolist() == pytest.approx([0.0, 1.0, 1.0, 1.0], abs=1e-5)  # product e^(1+0-1) = 1
+    with pytest.raises(ValueError, match="truncate or mask"):
+        rollout_is_weights(learner, engine, mask, mode="clip")
+
+
+def test_train_batch_pieces_are_contiguous_and_cover_every_row():
+    import torch
+
+    from contract.batch import TrainBatch
+
+    t = torch.arange(5)[:, None].repeat(1, 3)
+    batch = TrainBatch(t, t, t.float(), t.float(), t.float(), is_weights=t.float())
+    pieces = batch.pieces(2)
+    assert [p.input_ids[:, 0].tolist() for p in pieces] == [[0, 1, 2], [3, 4]]
+    assert pieces[1].is_weights[:, 0].tolist() == [3.0, 4.0]
+    assert [len(p) for p in batch.shard(1, 2).pieces(3)] == [1, 1]  # rows 1, 3: empty pieces dropped
+
+
+def test_dynamic_sampling_keeps_informative_groups_in_order():
+    from contract.batch import Trajectory
+    from orchestrator import dynamic
+    from rewards.scorer import RewardBatch
+
+    trajs = [Trajectory(str(i // 2), [], [i], [], "stop", str(i)) for i in range(6)]
+    scored = RewardBatch([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]], [[True, False], [True, True], [False, True]],
+                         [{}, {}, {}], {}, {"reward/mean": 0.5})
+    keep = dynamic.informative(scored.correct)
+    assert keep == [0, 2]
+    picked, sub = dynamic.take(trajs, scored, 2, keep)
+    assert [t.text for t in picked] == ["0", "1", "4", "5"] and sub.correct == [[True, False], [False, True]]
+    merged_t, merged = dynamic.merge([(picked, sub), dynamic.take(trajs, scored, 2, [1])])
+    assert [t.text for t in merged_t] == ["0", "1", "4", "5", "2", "3"] and merged.rewards[-1] == [1.0, 1.0]

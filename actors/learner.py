@@ -37,16 +37,27 @@ def ds_config(cfg: LearnerConfig, dtype: str) -> dict[str, Any]:
 
 
 def score_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float,
-                   structure: tuple | None, device) -> torch.Tensor:
+                   structure: tuple | None, device, scored: torch.Tensor | None = None) -> torch.Tensor:
     """[b, L] token logprobs; `structure` = (position_ids, segment_ids, segment_visible) of a
-    structured or packed batch (see layouts/masks.py), or None / all-None for plain causal rows."""
+    structured or packed batch (see layouts/masks.py), or None / all-None for plain causal rows.
+
+    `scored` ([b, L], the loss mask): logits are computed only from the column before the first
+    scored token on (``logits_to_keep``), as TRL does for completions: a prompt's lm_head and
+    log-softmax rows are never built. Scored columns are unchanged; earlier ones are 0."""
     if structure is not None and structure[0] is not None:
         from layouts.masks import structured_logprobs
 
         pos, seg, vis = (t.to(device) for t in structure)
-        return structured_logprobs(model, input_ids.to(device), pos, seg, vis, temperature)
-    logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits
-    return algo.token_logprobs(logits, input_ids.to(device), temperature)  # [b, L]
+        return structured_logprobs(model, input_ids.to(device), pos, seg, vis, temperature,
+                                   scored=None if scored is None else scored.to(device))
+    L = input_ids.shape[1]
+    cols = (scored != 0).any(0).nonzero() if scored is not None else None
+    first = max(1, int(cols[0])) if cols is not None and len(cols) else 1
+    keep = L - first + 1  # logits of columns first-1 .. L-1 predict tokens first .. L-1
+    logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                   logits_to_keep=keep).logits  # [b, keep, V]
+    logp = algo.token_logprobs(logits, input_ids[:, L - keep:].to(device), temperature)  # [b, keep]
+    return torch.nn.functional.pad(logp, (L - keep, 0))  # [b, L]
 
 
 def sft_micro_batches(batch: SFTBatch, cfg: LearnerConfig) -> list[SFTBatch]:
@@ -66,7 +77,8 @@ def sft_loss(model, mb: SFTBatch, global_tokens: int, world: int = 1, device="cp
     Times `world`: DeepSpeed averages gradients over ranks, so the update is the token mean over
     the whole batch whatever the split into ranks, micro-batches or packed rows.
     """
-    logp = score_logprobs(model, mb.input_ids, mb.attention_mask, 1.0, mb.structure(), device)  # [b, L]
+    logp = score_logprobs(model, mb.input_ids, mb.attention_mask, 1.0, mb.structure(), device,
+                          scored=mb.loss_mask)  # [b, L]
     return -(logp * mb.loss_mask.to(device)).sum() / global_tokens * world
 
 
@@ -114,15 +126,16 @@ class LearnerWorker:
         self.device = self.engine.device
 
     # ---- scoring ----------------------------------------------------------------
-    def _logprobs(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                  temperature: float, structure: tuple | None = None) -> torch.Tensor:
-        return score_logprobs(model, input_ids, attention_mask, temperature, structure, self.device)
+    def _logprobs(self, model, mb: TrainBatch, temperature: float) -> torch.Tensor:
+        """[b, L] logprobs of a micro-batch's rows, logits built only where its response is (0 before)."""
+        return score_logprobs(model, mb.input_ids, mb.attention_mask, temperature, mb.structure(), self.device,
+                              scored=mb.response_mask)
 
     @torch.no_grad()
     def compute_logprobs(self, batch: TrainBatch, temperature: float = 1.0) -> torch.Tensor:
         """Per-token logprobs of this rank's rows under the current policy: [B, L] (0 off-response)."""
         self.engine.eval()
-        out = [self._logprobs(self.engine, mb.input_ids, mb.attention_mask, temperature, mb.structure()).cpu()
+        out = [self._logprobs(self.engine, mb, temperature).cpu()
                for mb in batch.split(self.cfg.micro_batch_size)]
         return torch.cat(out) * batch.response_mask
 
@@ -196,14 +209,14 @@ class LearnerWorker:
         micro = batch.split(cfg.micro_batch_size)
         for i, mb in enumerate(micro):
             mask = mb.response_mask.to(self.device)
-            logp = self._logprobs(self.engine, mb.input_ids, mb.attention_mask, temperature, mb.structure())
+            logp = self._logprobs(self.engine, mb, temperature)
             loss, m = algo.policy_loss(
                 logp, mb.old_logprobs.to(self.device), mb.advantages.to(self.device), mask,
                 clip_low=cfg.clip_ratio_low, clip_high=cfg.clip_ratio_high, agg=cfg.loss_agg_mode, **norm,
                 is_weights=None if mb.is_weights is None else mb.is_weights.to(self.device))
             if self.ref_model is not None:
                 with torch.no_grad():
-                    ref = self._logprobs(self.ref_model, mb.input_ids, mb.attention_mask, temperature, mb.structure())
+                    ref = self._logprobs(self.ref_model, mb, temperature)
                 kl = algo.kl_loss(logp, ref, mask, kind=cfg.kl_type, agg=cfg.loss_agg_mode, **norm)
                 loss = loss + cfg.kl_coef * kl
                 stats["actor/kl"] = stats.get("actor/kl", 0.0) + float(kl) / updates

@@ -34,6 +34,7 @@ to ``contract.algo.token_logprobs``.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -131,17 +132,38 @@ def token_visibility(segment_ids: torch.Tensor, segment_visible: torch.Tensor) -
     """[B, L, L] bool: query token i may attend key token j (segment rule AND causal, real tokens only).
 
     Padding queries attend to themselves only, so no softmax row is empty (SDPA would give NaN).
+    Built per row from its runs of equal segment ids: one block fill per visible pair of runs, then
+    an in-place lower triangle, so the cost is the mask's own bytes (no [L, L] index tensor).
     """
     B, L = segment_ids.shape
-    S = segment_visible.shape[-1]
-    valid = segment_ids >= 0  # [B, L]
-    seg = segment_ids.clamp(min=0)
-    rows = segment_visible.gather(1, seg[:, :, None].expand(B, L, S))  # [B, L, S]: query token's segment row
-    allowed = rows.gather(2, seg[:, None, :].expand(B, L, L))  # [B, L, L]: ... at each key token's segment
-    idx = torch.arange(L, device=segment_ids.device)
-    causal = idx[None, :] <= idx[:, None]  # [L, L]
-    allowed &= causal & valid[:, :, None] & valid[:, None, :]
-    return allowed | torch.eye(L, dtype=torch.bool, device=segment_ids.device)  # pads see themselves
+    out = torch.zeros(B, L, L, dtype=torch.bool, device=segment_ids.device)
+    for b in range(B):  # per row and per pair of runs: never per token
+        _fill_row(out[b], segment_ids[b], segment_visible[b])
+    out.tril_()  # causal
+    out.diagonal(dim1=1, dim2=2).fill_(True)  # pads see themselves (a real token sees itself already)
+    return out
+
+
+MAX_RUN_PAIRS = 4096  # above this many pairs of segment runs a row is gathered instead of block-filled
+
+
+def _fill_row(out: torch.Tensor, seg: torch.Tensor, vis: torch.Tensor) -> None:
+    """out [L, L] = segment rule of one row (before the causal cut; padding, id -1, sees nothing)."""
+    ids, counts = torch.unique_consecutive(seg, return_counts=True)
+    ends = counts.cumsum(0).tolist()
+    starts = [0, *ends[:-1]]
+    ids = ids.tolist()
+    runs = [(i, a, e) for i, a, e in zip(ids, starts, ends) if i >= 0]
+    if len(runs) ** 2 > MAX_RUN_PAIRS:  # many short runs: one gather over the row
+        valid = seg >= 0
+        s = seg.clamp(min=0)
+        out.copy_(vis.index_select(0, s).index_select(1, s) & valid[:, None] & valid[None, :])
+        return
+    seen = vis.tolist()
+    for i, a, e in runs:
+        for j, c, f in runs:
+            if c < e and seen[i][j]:  # keys before the run's end only (the causal cut removes the rest)
+                out[a:e, c:f] = True
 
 
 def sdpa_mask(segment_ids: torch.Tensor, segment_visible: torch.Tensor) -> torch.Tensor:
@@ -252,35 +274,47 @@ def block_sparse_sdpa(
     sibling branches (structure), so the work tracks the visible blocks. Same result as SDPA with
     the full mask. query [B, H, L, D], key/value [B, Hkv, L, D], attention_mask [B, 1, L, L] bool.
     """
-    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if attention_mask is None or attention_mask.dtype != torch.bool or query.shape[2] != key.shape[2]:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
-    n_rep = getattr(module, "num_key_value_groups", 1)
-    key, value = repeat_kv(key, n_rep), repeat_kv(value, n_rep)  # [B, H, L, D]
-    L = query.shape[2]
+    gqa = query.shape[1] != key.shape[1]  # grouped K/V go in as they are (no repeat_kv copies)
     outs = []
-    for a in range(0, L, QUERY_CHUNK):  # O(L / chunk) iterations: blocks, not tokens
-        b = min(L, a + QUERY_CHUNK)
-        sub = attention_mask[:, :, a:b, :b]  # [B, 1, c, b]
-        seen = sub.any(-2).flatten(0, 1).any(0)  # [b] keys some row/query of the chunk sees
+    for a, b, cols, bias in _chunk_plan(attention_mask, query.dtype):
         k_c, v_c = key[:, :, :b], value[:, :, :b]  # views: free, already saved for backward
-        if int(seen.sum()) < GATHER_BELOW * b:  # gathered copies cost memory: only when they save enough work
-            cols = seen.nonzero().squeeze(-1)
-            k_c, v_c, sub = k_c[:, :, cols], v_c[:, :, cols], sub[..., cols]
+        if cols is not None:  # gathered copies cost memory: only when they save enough work
+            k_c, v_c = k_c[:, :, cols], v_c[:, :, cols]
         outs.append(
             torch.nn.functional.scaled_dot_product_attention(
-                query[:, :, a:b],
-                k_c,
-                v_c,
-                attn_mask=sub,
-                dropout_p=dropout,
-                scale=scaling,
+                query[:, :, a:b], k_c, v_c, attn_mask=bias, dropout_p=dropout, scale=scaling, enable_gqa=gqa
             )
         )
     return torch.cat(outs, 2).transpose(1, 2).contiguous(), None  # [B, L, H, D]
+
+
+_PLAN: dict = {}  # the last mask's chunk plan: every layer of a forward passes the same mask
+
+
+def _chunk_plan(mask: torch.Tensor, dtype: torch.dtype) -> list[tuple[int, int, torch.Tensor | None, torch.Tensor]]:
+    """Per query chunk of a [B, 1, L, L] bool mask: (first query, end query, key columns to gather or
+    None, the chunk's additive mask over those keys in `dtype`). Built once per mask object (a weak
+    reference and its version say it is the same, unchanged tensor), not once per layer: SDPA would
+    otherwise turn each chunk's bool mask into an additive one in every layer's forward and backward."""
+    held = _PLAN.get("mask")
+    if held is None or held() is not mask or _PLAN["version"] != mask._version or _PLAN["dtype"] != dtype:
+        L, plan = mask.shape[2], []
+        for a in range(0, L, QUERY_CHUNK):  # O(L / chunk) iterations: blocks, not tokens
+            b = min(L, a + QUERY_CHUNK)
+            sub = mask[:, :, a:b, :b]  # [B, 1, c, b]
+            seen = sub.any(-2).flatten(0, 1).any(0)  # [b] keys some row/query of the chunk sees
+            cols = seen.nonzero().squeeze(-1) if int(seen.sum()) < GATHER_BELOW * b else None
+            if cols is not None:
+                sub = sub[..., cols]
+            plan.append((a, b, cols, additive_mask(sub, dtype)))
+        _PLAN.update(mask=weakref.ref(mask), version=mask._version, dtype=dtype, plan=plan)
+    return _PLAN["plan"]
 
 
 def _register_block_sdpa() -> None:
@@ -300,14 +334,24 @@ def structured_logprobs(
     segment_visible: torch.Tensor,
     temperature: float = 1.0,
     block_sparse: bool = True,
+    scored: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-token logprobs [B, L] of rows scored under their structured layout (the learner's path).
 
     All tensors must be on the model's device. Column t holds log p(x_t | what its engine request
     saw); 0 where no logits predict it (the first token, padding). With `block_sparse` an sdpa
-    model runs this forward through :func:`block_sparse_sdpa` (same values, less work).
+    model runs this forward through :func:`block_sparse_sdpa` (same values, less work). With
+    `scored` ([B, L], nonzero on the tokens a loss reads) the model computes logits only from the
+    first column that predicts a scored token (transformers' ``logits_to_keep``: the prompt's
+    lm_head and log-softmax are skipped); the scored columns are unchanged, columns predicted
+    before that are 0.
     """
     mask = attention_mask_for(model, segment_ids, segment_visible)
+    pred = predictor_index(segment_ids, segment_visible)  # [B, L]
+    start = 0
+    if scored is not None:
+        used = pred[(scored != 0) & (pred >= 0)]
+        start = int(used.min()) if used.numel() else 0
     config = getattr(model, "module", model).config
     impl = config._attn_implementation
     swap = block_sparse and impl == "sdpa"
@@ -316,11 +360,10 @@ def structured_logprobs(
         config._attn_implementation = BLOCK_SDPA  # read per forward; restored below
     try:
         logits = model(
-            input_ids=input_ids, attention_mask=mask, position_ids=position_ids
-        ).logits  # [B, L, V]
+            input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
+            logits_to_keep=input_ids.shape[1] - start,
+        ).logits  # [B, L - start, V]
     finally:
         if swap:
             config._attn_implementation = impl
-    return structured_token_logprobs(
-        logits, input_ids, predictor_index(segment_ids, segment_visible), temperature
-    )
+    return structured_token_logprobs(logits, input_ids, torch.where(pred >= start, pred - start, -1), temperature)

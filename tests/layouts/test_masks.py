@@ -41,7 +41,13 @@ def brute_predictor(rec: ExecutionRecord, t: int) -> int:
 def test_mask_and_predictor_match_brute_force(recs: list[ExecutionRecord], extra_pad: int) -> None:
     width = max(len(r.segment_ids) for r in recs) + extra_pad
     pos, seg, vis = masks.pack_records(recs, width=width)
-    mask = masks.sdpa_mask(seg, vis)  # [B, 1, L, L]
+    mask = masks.sdpa_mask(seg, vis)  # [B, 1, L, L]: block fills per pair of segment runs
+    saved = masks.MAX_RUN_PAIRS
+    try:
+        masks.MAX_RUN_PAIRS = 0  # the fallback for rows of many short runs: one gather per row
+        assert torch.equal(masks.sdpa_mask(seg, vis), mask)
+    finally:
+        masks.MAX_RUN_PAIRS = saved
     pred = masks.predictor_index(seg, vis)  # [B, L]
     assert mask.shape == (len(recs), 1, width, width) and mask.dtype == torch.bool
     for b, rec in enumerate(recs):
@@ -168,8 +174,22 @@ def test_block_sparse_sdpa_equals_dense_masked_sdpa_across_chunks() -> None:
     class Attn(torch.nn.Module):
         num_key_value_groups = 2
 
-    out, _ = masks.block_sparse_sdpa(Attn(), q, k, v, mask, scaling=0.3)  # [B, L, H, D]
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, _ = masks.block_sparse_sdpa(Attn(), *leaves, mask, scaling=0.3)  # [B, L, H, D]
+    dense = [t.clone().requires_grad_() for t in (q, k, v)]
     ref = torch.nn.functional.scaled_dot_product_attention(
-        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=mask, scale=0.3
+        dense[0], dense[1].repeat_interleave(2, 1), dense[2].repeat_interleave(2, 1), attn_mask=mask, scale=0.3
     ).transpose(1, 2)
     assert out.shape == ref.shape and (out - ref).abs().max() < 1e-5
+    w = torch.randn(out.shape, generator=g)
+    (out * w).sum().backward()
+    (ref * w).sum().backward()
+    for got, want in zip(leaves, dense):  # the backward through the chunks and gathered columns too
+        assert (got.grad - want.grad).abs().max() < 1e-5
+    # a second mask of the same shape (the chunk plan is per mask, never reused for another one)
+    causal = torch.ones(600, 600, dtype=torch.bool).tril().expand(2, 1, 600, 600).clone()
+    out2, _ = masks.block_sparse_sdpa(Attn(), q, k, v, causal, scaling=0.3)
+    ref2 = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=True, scale=0.3
+    ).transpose(1, 2)
+    assert (out2 - ref2).abs().max() < 1e-5

@@ -120,6 +120,13 @@ class Redispatch:
                 load[r] += 1
         return min(live, key=lambda r: (load[r], r))
 
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Until every chunk in flight has finished (results stay to be collected); False on a timeout."""
+        if not self._flight:
+            return True
+        _, pending = ray.wait(list(self._flight), num_returns=len(self._flight), timeout=timeout_s)
+        return not pending
+
     def completed(self) -> Iterator[tuple[Hashable, Any]]:
         """(key, result) of every submitted chunk as it finishes, re-dispatching lost ones; chunks
         submitted while iterating are included. An error in the work itself is raised as it is."""

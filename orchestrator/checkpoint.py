@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orchestrator.storage import Mirror, is_uri
+
 MANIFEST = "manifest.json"
 
 
@@ -153,35 +155,54 @@ def _step_dirs(root: Path) -> list[Path]:
     return sorted(dirs, key=lambda d: d.name, reverse=True)
 
 
-def find_resume_checkpoint(resume: str, run_dir: Path, log: Callable[[str], None] = print) -> Path | None:
+def find_resume_checkpoint(resume: str, run_dir: Path, log: Callable[[str], None] = print,
+                           root: Path | None = None, mirror: Mirror | None = None) -> Path | None:
     """never -> None; auto -> this run's newest verified checkpoint (None, said, when it has none);
-    a path -> that checkpoint, verified.
+    a path (or a URI) -> that checkpoint, verified.
 
     `auto` ignores `latest` (missing, stale or pointing back), passes over damaged checkpoints
     saying why, and fails when every checkpoint there is damaged rather than start over silently.
+    `root` is where the run writes checkpoints (default `run_dir/checkpoints`); with a `mirror`
+    (orchestrator/storage.py) a step missing or damaged there is fetched from it and verified.
     """
     if resume == "never":
         return None
+    root = run_dir / "checkpoints" if root is None else root
     if resume == "auto":
-        root = run_dir / "checkpoints"
-        dirs = _step_dirs(root) if root.is_dir() else []
+        local = {d.name for d in _step_dirs(root)} if root.is_dir() else set()
+        remote = set(mirror.steps()) if mirror is not None else set()
         refused = []
-        for d in dirs:
-            try:
-                verify_checkpoint(d)
-                read_state(d)
-            except CheckpointError as e:
-                refused.append(str(e))
-                log(f"resume=auto: passing over {d.name}: {e}")
-                continue
-            if refused:
-                log(f"resume=auto: falling back to {d.name}, the newest checkpoint that verifies")
-            return d
+        for name in sorted(local | remote, reverse=True):
+            for source in ("local", "mirror"):
+                if name not in (local if source == "local" else remote):
+                    continue
+                d = root / name if source == "local" else mirror.fetch(name, root)
+                try:
+                    verify_checkpoint(d)
+                    read_state(d)
+                except CheckpointError as e:
+                    refused.append(str(e))
+                    where = f" (fetched from {mirror.uri})" if source == "mirror" else ""
+                    log(f"resume=auto: passing over {name}{where}: {e}")
+                    continue
+                if refused:
+                    log(f"resume=auto: falling back to {name}, the newest checkpoint that verifies")
+                if source == "mirror":
+                    log(f"resume=auto: {name} fetched from {mirror.uri} and verified")
+                return d
         if refused:
-            raise CheckpointError(f"resume=auto: no checkpoint in {root} verifies: " + "; ".join(refused))
+            where = root if mirror is None else f"{root} or {mirror.uri}"
+            raise CheckpointError(f"resume=auto: no checkpoint in {where} verifies: " + "; ".join(refused))
         log(f"resume=auto: {run_dir} has no checkpoint yet; starting from the beginning")
         return None
-    path = Path(resume)
+    if is_uri(resume):  # a checkpoint at a URI: fetched into this run's checkpoint directory, then checked
+        parent, _, name = resume.rstrip("/").rpartition("/")
+        remote = Mirror(parent)
+        if name not in remote.steps():
+            raise FileNotFoundError(f"resume={resume}: no such checkpoint (or its upload never finished)")
+        path = remote.fetch(name, root)
+    else:
+        path = Path(resume)
     if not path.is_dir():
         raise FileNotFoundError(f"resume={resume}: no such checkpoint directory")
     if (path / MANIFEST).exists() or not (path / "trainer_state.json").exists():

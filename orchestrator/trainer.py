@@ -33,6 +33,7 @@ from orchestrator.checkpoint import (
 )
 from orchestrator.data import StageStreams, benchmark_prompts, load_problems, to_prompts, tokenizer_corpus
 from orchestrator.logger import Logger, Timer
+from orchestrator.storage import checkpoint_root, mirror_for
 from orchestrator.setup import Groups, build_groups, start_cluster
 from orchestrator.stage_table import format_table, in_table
 
@@ -117,8 +118,11 @@ class Trainer:
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
+            # where checkpoints live (trainer.checkpoint_dir: the run dir, a local path, or a URI mirrored to)
+            self.ckpt_root = checkpoint_root(cfg.trainer.checkpoint_dir, self.run_dir)
+            self.mirror = mirror_for(cfg.trainer.checkpoint_dir)
             # verified before anything starts: a damaged checkpoint is named, the previous good one taken
-            ckpt = find_resume_checkpoint(cfg.resume, self.run_dir)
+            ckpt = find_resume_checkpoint(cfg.resume, self.run_dir, root=self.ckpt_root, mirror=self.mirror)
             self._prepare(cfg)
         except (ValueError, FileNotFoundError, RuntimeError) as e:  # CheckpointError included
             raise SetupError(str(e)) from e
@@ -318,6 +322,11 @@ class Trainer:
                 return
             self._ahead.append(self._start_rl(stage, step + ahead))
 
+    def drain(self) -> None:
+        """Wait for the generations the pipeline started ahead to finish (they stay for their steps)."""
+        for ahead in self._ahead:
+            ahead.gen.wait()
+
     def evaluate(self) -> dict[str, float]:
         """Held-out evaluation with the `evaluation` package's metrics. The papers' protocol:
         eval/acc is mean@k over trainer.eval_samples samples per problem at the rollout temperature
@@ -386,8 +395,13 @@ class Trainer:
                  "global_step": self.curriculum.global_step, "consumed": consumed,
                  "stage_table": self.stage_table}
         self._saved_at = time.monotonic()
-        return save_checkpoint(self.run_dir / "checkpoints", self.curriculum.global_step, write, state,
-                               keep=self.cfg.trainer.keep_checkpoints, config_hash=config_hash(self.cfg))
+        keep = self.cfg.trainer.keep_checkpoints
+        final = save_checkpoint(self.ckpt_root, self.curriculum.global_step, write, state, keep=keep,
+                                config_hash=config_hash(self.cfg))
+        if self.mirror is not None:  # verified here, then copied: files, manifest, `latest`
+            self.mirror.upload(final)
+            self.mirror.prune(keep)
+        return final
 
     def _restore(self, ckpt: Path) -> dict[str, Any]:
         """Continue from a checkpoint: weights, optimizer, curriculum, data position, W&B run.
@@ -475,7 +489,7 @@ def run(cfg: ParallaxConfig) -> dict[str, Any]:
             trainer.abort()
             if failures >= cfg.trainer.max_failures:
                 raise RuntimeError(f"{e}; the run stops (trainer.max_failures={cfg.trainer.max_failures}; "
-                                   f"resume=auto continues it from {trainer.run_dir / 'checkpoints'})") from None
+                                   f"resume=auto continues it from {trainer.mirror.uri if trainer.mirror else trainer.ckpt_root})") from None
             failures += 1
             print(f"{e}; restarting from the newest verified checkpoint "
                   f"(failure {failures} of trainer.max_failures={cfg.trainer.max_failures})", flush=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -62,3 +63,26 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
             if key in a[step]:
                 assert b[step][key] == pytest.approx(a[step][key], rel=1e-5, abs=1e-6), (step, key)
     assert json.loads((killed / "summary.json").read_text())["steps"] == 10
+
+
+def test_checkpoints_at_a_uri_survive_the_loss_of_the_run_directory(tmp_path):
+    """trainer.checkpoint_dir=URI: every checkpoint is copied there verified; with the run's own copies
+    gone and the newest copy at the URI damaged, resume=auto fetches the one before, verified, and the
+    run ends as an unbroken one does."""
+    uri = f"file://{tmp_path}/store/run"
+    args = [f"trainer.checkpoint_dir={uri}", "trainer.keep_checkpoints=2"]
+    run = tmp_path / "run"
+    out = subprocess.run(_cmd(run, *args), cwd=ROOT, check=False, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    store = tmp_path / "store" / "run"
+    assert sorted(p.name for p in store.glob("step_*")) == ["step_000008", "step_000010"]  # kept 2, there too
+    assert (store / "latest").read_text() == "step_000010"
+    shutil.rmtree(run / "checkpoints")
+    shutil.rmtree(store / "step_000010" / "model")
+    again = subprocess.run(_cmd(run, *args, "resume=auto"), cwd=ROOT, check=False, capture_output=True, text=True,
+                           timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "passing over step_000010 (fetched from file://" in again.stdout
+    assert "step_000008 fetched from file://" in again.stdout and "at step 8" in again.stdout
+    assert json.loads((run / "summary.json").read_text())["steps"] == 10
+    assert (store / "step_000010" / "model").is_dir()  # the step trained again, uploaded whole

@@ -1,0 +1,98 @@
+"""Where checkpoints are kept: the run directory, another local directory, or an fsspec URI.
+
+`trainer.checkpoint_dir` names it. Empty: `<run_dir>/checkpoints`. A local path: that directory,
+written like the default (atomic rename, manifest last; orchestrator/checkpoint.py). A URI
+(`s3://bucket/run`, `gs://...`, `file:///mnt/store`, any filesystem fsspec knows): checkpoints are
+first written and verified in `<run_dir>/checkpoints` as usual, then mirrored to the URI, every
+file before `manifest.json` and `latest` after it, so a copy without its manifest is an unfinished
+upload and never resumed from. Old checkpoints are pruned in both places (`keep_checkpoints`).
+
+`resume=auto` looks in both: it takes the newest step that verifies, fetching it from the URI when
+the local copy is missing or damaged (a driver that lost its disk, a run moved to another machine),
+and verifies what it fetched. Nothing is read from a URI without being checked against its manifest.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+
+
+def is_uri(where: str) -> bool:
+    return "://" in where
+
+
+class Mirror:
+    """The checkpoints of one run at an fsspec URI: upload, list, fetch, prune."""
+
+    def __init__(self, uri: str):
+        import fsspec
+
+        self.uri = uri.rstrip("/")
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(self.uri)
+        except (ImportError, ValueError) as e:  # unknown protocol, or its package is not installed
+            raise ValueError(f"trainer.checkpoint_dir={uri!r}: {e}") from None
+        self.root = self.root.rstrip("/")
+
+    def _path(self, *parts: str) -> str:
+        return "/".join((self.root, *parts))
+
+    def upload(self, step_dir: Path) -> None:
+        """A verified local checkpoint to the URI: its files, then its manifest, then `latest`."""
+        dest = self._path(step_dir.name)
+        if self.fs.exists(dest):
+            self.fs.rm(dest, recursive=True)  # a cut-short upload of the same step
+        files = sorted(p for p in step_dir.rglob("*") if p.is_file() and p.name != MANIFEST)
+        for p in files:
+            rel = p.relative_to(step_dir).as_posix()
+            self.fs.makedirs(f"{dest}/{rel}".rpartition("/")[0], exist_ok=True)
+            self.fs.put_file(str(p), f"{dest}/{rel}")
+        self.fs.put_file(str(step_dir / MANIFEST), f"{dest}/{MANIFEST}")  # last: the copy is complete
+        self.fs.pipe_file(self._path("latest"), step_dir.name.encode())
+
+    def steps(self) -> list[str]:
+        """`step_*` names at the URI whose manifest arrived, newest first."""
+        if not self.fs.exists(self.root):
+            return []
+        names = [p.rstrip("/").rpartition("/")[2] for p in self.fs.ls(self.root, detail=False)]
+        done = [n for n in names if n.startswith("step_") and not n.endswith(".tmp")
+                and self.fs.exists(self._path(n, MANIFEST))]
+        return sorted(done, reverse=True)
+
+    def fetch(self, name: str, local_root: Path) -> Path:
+        """Copy step `name` from the URI into `local_root/name` (replacing what is there); unverified."""
+        dest = local_root / name
+        tmp = local_root / f"{name}.fetch"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        src = self._path(name)
+        for path in self.fs.find(src):
+            rel = path[len(src):].lstrip("/")
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            self.fs.get_file(path, str(tmp / rel))
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+        return dest
+
+    def prune(self, keep: int) -> list[str]:
+        """Delete all but the newest `keep` complete checkpoints at the URI (0: keep all)."""
+        if not keep:
+            return []
+        old = self.steps()[keep:]
+        for name in old:
+            self.fs.rm(self._path(name), recursive=True)
+        return old
+
+
+def checkpoint_root(checkpoint_dir: str, run_dir: Path) -> Path:
+    """The local directory checkpoints are written in: the configured local path, else the run dir's."""
+    if checkpoint_dir and not is_uri(checkpoint_dir):
+        return Path(checkpoint_dir).expanduser()
+    return run_dir / "checkpoints"
+
+
+def mirror_for(checkpoint_dir: str) -> Mirror | None:
+    return Mirror(checkpoint_dir) if checkpoint_dir and is_uri(checkpoint_dir) else None

@@ -33,9 +33,9 @@ from orchestrator.checkpoint import (
 )
 from orchestrator.data import StageStreams, benchmark_prompts, load_problems, to_prompts, tokenizer_corpus
 from orchestrator.logger import Logger, Timer
-from orchestrator.storage import checkpoint_root, mirror_for
 from orchestrator.setup import Groups, build_groups, start_cluster
 from orchestrator.stage_table import format_table, in_table
+from orchestrator.storage import checkpoint_root, mirror_for
 
 
 def prepare_model(cfg: ParallaxConfig, run_dir: Path) -> str:

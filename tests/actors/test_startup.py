@@ -67,6 +67,8 @@ def test_an_actor_that_fails_or_stalls_at_start_is_named(ray_cluster):
         for a in bad.actors:
             ray_cluster.kill(a)
         slow = ActorGroup("learner", _Stalls, 2, pg, off["x"], 0.25, 0.0, lambda i: {"rank": i}, "startup2")
+        # rank 1 is up first (a worker process takes seconds to start on a loaded machine): only rank 0 stalls
+        ray_cluster.get(slow.actors[1].__ray_ready__.remote(), timeout=120)
         t0 = time.perf_counter()
         with pytest.raises(RuntimeError, match=r"learner actor\(s\) \[0\] not started after 3 s .*lock"):
             slow.wait_ready(3, "DeepSpeed init; a stale build lock")

@@ -197,16 +197,18 @@ def test_bench_masks_flex_cpu():
 def test_bench_peer():
     prompts, generations, length = 2, 2, 8
     run = bench("bench_peer.py", "--prompts", str(prompts), "--generations", str(generations),
-                "--completion-len", str(length), "--steps", "1", "--warmup", "0", "--threads", "1",
-                timeout=480)
+                "--completion-len", str(length), "--window", "1", "--rounds", "1", "--warmup", "1", "--threads", "1",
+                timeout=600)
     r = check(run, "peer_grpo_step", ("parallax_tok_s", "trl_tok_s", "ratio", "parallax_tokens", "trl_tokens",
-                                       "expected_tokens", "parallax_timing", "parallax_clip_ratio"))
+                                       "expected_tokens", "parallax_timing", "parallax_clip_ratio", "piped_tok_s",
+                                       "piped_ratio", "piped_tokens", "piped_staleness"))
     expected = prompts * generations * length
-    # EOS is unreachable on both sides: every completion is exactly --completion-len tokens.
+    # EOS is unreachable on every side: every completion is exactly --completion-len tokens.
     assert r["expected_tokens"] == expected, run.why()
-    assert r["parallax_tokens"] == expected and r["trl_tokens"] == expected, run.why("unequal completion tokens")
-    assert r["parallax_clip_ratio"] == 1, run.why("a Parallax completion ended before the length limit")
-    assert r["ratio"] > 0 and r["parallax_tok_s"] > 0 and r["trl_tok_s"] > 0, run.why()
+    assert r["parallax_tokens"] == r["piped_tokens"] == r["trl_tokens"] == expected, run.why("unequal tokens")
+    assert r["parallax_clip_ratio"] == r["piped_clip_ratio"] == 1, run.why("a completion ended before the limit")
+    assert r["ratio"] > 0 and r["parallax_tok_s"] > 0 and r["trl_tok_s"] > 0 and r["piped_tok_s"] > 0, run.why()
+    assert r["piped_staleness"] == 1, run.why("the pipelined side's measured step was not one version behind")
     assert "timing/generate" in r["parallax_timing"], run.why()
 
 
@@ -286,3 +288,16 @@ def test_bench_soak():
     assert r["rc"] == 0 and r["rl_steps"] == 4, run.why("the run did not finish every RL step")
     assert r["kills"] >= 1, run.why("nothing was killed: the soak tested nothing")
     assert r["samples_exact"] and r["finite"], run.why()
+
+
+def test_bench_ab_pipeline():
+    """Two short runs, synchronous and staleness 1: the second trains on samples one version behind."""
+    run = bench("ab_pipeline.py", "--staleness", "0", "1", "--", "+experiment=smoke", "curriculum.stages.sft.steps=20",
+                "curriculum.stages.rl.steps=3", "trainer.eval_samples=1", "data.n_test=4", "logging.wandb_mode=disabled",
+                timeout=900)
+    r = check(run, "ab_pipeline", ("rows", "loadavg"))
+    sync, piped = r["rows"]
+    assert sync["staleness"] == 0 and piped["staleness"] == 1, run.why()
+    assert sync["rl_steps"] == piped["rl_steps"] == 3, run.why()
+    assert sync["staleness_mean"] == 0 and piped["staleness_mean"] == 2 / 3, run.why("steps 2-3 one version behind")
+    assert sync["samples_exact"] and piped["samples_exact"], run.why()

@@ -37,19 +37,21 @@ def ds_config(cfg: LearnerConfig, dtype: str) -> dict[str, Any]:
 
 
 def score_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float,
-                   structure: tuple | None, device, scored: torch.Tensor | None = None) -> torch.Tensor:
+                   structure: tuple | None, device, scored: torch.Tensor | None = None, entropy: bool = False):
     """[b, L] token logprobs; `structure` = (position_ids, segment_ids, segment_visible) of a
     structured or packed batch (see layouts/masks.py), or None / all-None for plain causal rows.
 
     `scored` ([b, L], the loss mask): logits are computed only from the column before the first
     scored token on (``logits_to_keep``), as TRL does for completions: a prompt's lm_head and
-    log-softmax rows are never built. Scored columns are unchanged; earlier ones are 0."""
+    log-softmax rows are never built. Scored columns are unchanged; earlier ones are 0.
+    `entropy`: also the entropy of the distribution that predicted each token ([b, L], no gradient),
+    returned as (logprobs, entropy)."""
     if structure is not None and structure[0] is not None:
         from layouts.masks import structured_logprobs
 
         pos, seg, vis = (t.to(device) for t in structure)
         return structured_logprobs(model, input_ids.to(device), pos, seg, vis, temperature,
-                                   scored=None if scored is None else scored.to(device))
+                                   scored=None if scored is None else scored.to(device), entropy=entropy)
     L = input_ids.shape[1]
     cols = (scored != 0).any(0).nonzero() if scored is not None else None
     first = max(1, int(cols[0])) if cols is not None and len(cols) else 1
@@ -57,7 +59,11 @@ def score_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
                    logits_to_keep=keep).logits  # [b, keep, V]
     logp = algo.token_logprobs(logits, input_ids[:, L - keep:].to(device), temperature)  # [b, keep]
-    return torch.nn.functional.pad(logp, (L - keep, 0))  # [b, L]
+    logp = torch.nn.functional.pad(logp, (L - keep, 0))  # [b, L]
+    if not entropy:
+        return logp
+    ent = algo.logits_entropy(logits[:, :-1], temperature)  # [b, keep - 1]: predicting tokens first .. L-1
+    return logp, torch.nn.functional.pad(ent, (L - keep + 1, 0))  # [b, L]
 
 
 def sft_micro_batches(batch: SFTBatch, cfg: LearnerConfig) -> list[SFTBatch]:
@@ -126,10 +132,11 @@ class LearnerWorker:
         self.device = self.engine.device
 
     # ---- scoring ----------------------------------------------------------------
-    def _logprobs(self, model, mb: TrainBatch, temperature: float) -> torch.Tensor:
-        """[b, L] logprobs of a micro-batch's rows, logits built only where its response is (0 before)."""
+    def _logprobs(self, model, mb: TrainBatch, temperature: float, entropy: bool = False):
+        """[b, L] logprobs of a micro-batch's rows, logits built only where its response is (0 before);
+        with `entropy`, (logprobs, entropy)."""
         return score_logprobs(model, mb.input_ids, mb.attention_mask, temperature, mb.structure(), self.device,
-                              scored=mb.response_mask)
+                              scored=mb.response_mask, entropy=entropy)
 
     @torch.no_grad()
     def compute_logprobs(self, batch: TrainBatch, temperature: float = 1.0) -> torch.Tensor:
@@ -209,7 +216,10 @@ class LearnerWorker:
         micro = batch.split(cfg.micro_batch_size)
         for i, mb in enumerate(micro):
             mask = mb.response_mask.to(self.device)
-            logp = self._logprobs(self.engine, mb, temperature)
+            logp, ent = self._logprobs(self.engine, mb, temperature, entropy=True)
+            # the policy's entropy over the response tokens (verl's actor/entropy), token mean of this micro-batch
+            stats["actor/entropy"] = stats.get("actor/entropy", 0.0) + float(
+                (ent * mask).sum() / mask.sum().clamp(min=1)) / len(micro) / updates
             loss, m = algo.policy_loss(
                 logp, mb.old_logprobs.to(self.device), mb.advantages.to(self.device), mask,
                 clip_low=cfg.clip_ratio_low, clip_high=cfg.clip_ratio_high, agg=cfg.loss_agg_mode, **norm,

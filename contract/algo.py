@@ -89,6 +89,19 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: f
     return torch.nn.functional.pad(picked, (1, 0))  # [B, L]
 
 
+@torch.no_grad()
+def logits_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Entropy (nats) of the sampling distribution softmax(logits / T) at every position; no gradient.
+
+    Shapes: logits [B, L, V] -> [B, L] fp32.
+
+    >>> round(float(logits_entropy(torch.zeros(1, 1, 4))[0, 0]), 4)  # uniform over 4: ln 4
+    1.3863
+    """
+    logp = (logits.float() / temperature).log_softmax(-1)  # [B, L, V]
+    return -(logp.exp() * logp).sum(-1)  # [B, L]
+
+
 def warmup_cosine(step: int, total: int, base_lr: float, warmup_ratio: float) -> float:
     """Linear warm-up over `warmup_ratio * total` steps, then cosine decay to 0 (the paper's SFT schedule).
 

@@ -335,7 +335,8 @@ def structured_logprobs(
     temperature: float = 1.0,
     block_sparse: bool = True,
     scored: torch.Tensor | None = None,
-) -> torch.Tensor:
+    entropy: bool = False,
+):
     """Per-token logprobs [B, L] of rows scored under their structured layout (the learner's path).
 
     All tensors must be on the model's device. Column t holds log p(x_t | what its engine request
@@ -344,7 +345,8 @@ def structured_logprobs(
     `scored` ([B, L], nonzero on the tokens a loss reads) the model computes logits only from the
     first column that predicts a scored token (transformers' ``logits_to_keep``: the prompt's
     lm_head and log-softmax are skipped); the scored columns are unchanged, columns predicted
-    before that are 0.
+    before that are 0. `entropy`: also the entropy of the distribution that predicted each token
+    ([B, L], no gradient; 0 where nothing predicts it), returned as (logprobs, entropy).
     """
     mask = attention_mask_for(model, segment_ids, segment_visible)
     pred = predictor_index(segment_ids, segment_visible)  # [B, L]
@@ -366,4 +368,12 @@ def structured_logprobs(
     finally:
         if swap:
             config._attn_implementation = impl
-    return structured_token_logprobs(logits, input_ids, torch.where(pred >= start, pred - start, -1), temperature)
+    src = torch.where(pred >= start, pred - start, -1)  # [B, L] column of the kept logits predicting token t
+    logp = structured_token_logprobs(logits, input_ids, src, temperature)
+    if not entropy:
+        return logp
+    from contract.algo import logits_entropy
+
+    ent = logits_entropy(logits, temperature)  # [B, L - start]
+    picked = ent.gather(1, src.clamp(min=0))  # [B, L]
+    return logp, torch.where(src >= 0, picked, torch.zeros_like(picked))

@@ -57,3 +57,24 @@ def test_structured_rows_score_the_same_with_logits_kept(lm):
     assert torch.allclose(kept[on], full[on], atol=1e-6)
     # the second branch's first token is predicted by the prompt's last token (column 5): kept
     assert kept[1, 11] != 0 and torch.isclose(kept[1, 11], full[1, 11], atol=1e-6)
+
+
+def test_entropy_is_that_of_the_distribution_predicting_each_token(lm):
+    model, _ = lm
+    ids, att = _rows([12, 12])
+    scored = torch.zeros(ids.shape)
+    scored[:, 5:] = 1.0
+    logp, ent = score_logprobs(model, ids, att, 0.8, None, "cpu", scored=scored, entropy=True)
+    with torch.no_grad():
+        probs = (model(input_ids=ids).logits / 0.8).softmax(-1)  # [2, 12, V]
+    by_hand = -(probs * probs.log()).sum(-1)  # entropy at each position; token t is predicted at t-1
+    assert torch.allclose(ent[:, 5:], by_hand[:, 4:-1], atol=1e-5) and ent[:, :5].eq(0).all()
+    # structured: a branch's first token is predicted by the prompt's last position
+    rec = ExecutionRecord([0, 1, 2, 3, 3, 4], [0, 0, 0, 1, 2, 3], [[], [0], [0], [0, 1, 2]], [-1, 0, 1, 2],
+                          [False] * 3 + [True] * 3)
+    pos, seg, vis = masks.pack_records([rec])
+    one = ids[:1, :6]
+    _, s_ent = masks.structured_logprobs(model, one, pos, seg, vis, 0.8, scored=torch.tensor([rec.sampled]),
+                                         entropy=True)
+    assert torch.isclose(s_ent[0, 4], by_hand[0, 2], atol=1e-5)  # branch 2's token: after the prompt only
+    assert torch.isclose(s_ent[0, 3], by_hand[0, 2], atol=1e-5)

@@ -65,6 +65,7 @@ def test_entropy_is_that_of_the_distribution_predicting_each_token(lm):
     scored = torch.zeros(ids.shape)
     scored[:, 5:] = 1.0
     logp, ent = score_logprobs(model, ids, att, 0.8, None, "cpu", scored=scored, entropy=True)
+    assert torch.equal(logp, score_logprobs(model, ids, att, 0.8, None, "cpu", scored=scored))
     with torch.no_grad():
         probs = (model(input_ids=ids).logits / 0.8).softmax(-1)  # [2, 12, V]
     by_hand = -(probs * probs.log()).sum(-1)  # entropy at each position; token t is predicted at t-1

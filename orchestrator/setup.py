@@ -46,6 +46,23 @@ def start_cluster(cfg: ClusterConfig) -> None:
         print(f"Ray metrics (Prometheus): http://{ray.util.get_node_ip_address()}:{metrics_port()}/metrics", flush=True)
 
 
+def pipeline_threads_warning(cfg: ParallaxConfig, cores: int) -> str | None:
+    """A line to print when the pipeline (`trainer.max_staleness` > 0) overlaps CPU generation and CPU
+    updates whose torch threads add up to more than the machine's cores: oversubscribed, both phases
+    slow down more than the overlap saves (the default run, 2 + 2 threads on 2 cores: 7.8 s per RL step
+    against 2.9 s synchronous; 1 + 1 threads: 1.56x the synchronous loop, bench/bench_peer.py)."""
+    if cfg.trainer.max_staleness == 0 or cfg.cluster.address or cfg.rollout.num_gpus or cfg.learner.num_gpus:
+        return None
+    r, lrn = cfg.rollout, cfg.learner
+    want = r.num_actors * r.torch_threads + lrn.num_actors * lrn.torch_threads
+    if want <= cores:
+        return None
+    return (f"trainer.max_staleness={cfg.trainer.max_staleness}: generation and updates run at once, with "
+            f"{want} torch threads ({r.num_actors} x rollout.torch_threads={r.torch_threads} + {lrn.num_actors} x "
+            f"learner.torch_threads={lrn.torch_threads}) on {cores} cores; oversubscribed, the pipeline is slower "
+            "than the synchronous loop. Give each side its share, e.g. rollout.torch_threads=1 learner.torch_threads=1")
+
+
 def bind_loopback() -> None:
     """Make a local Ray cluster bind 127.0.0.1 only: GCS, raylet, every worker's gRPC port, the
     dashboard and its agents. Ray's own switch for this (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, its

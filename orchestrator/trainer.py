@@ -8,6 +8,7 @@ prompts -> generate (rollout actors) -> score (reward actors) -> advantages (ver
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -33,7 +34,7 @@ from orchestrator.checkpoint import (
 )
 from orchestrator.data import StageStreams, benchmark_prompts, load_problems, to_prompts, tokenizer_corpus
 from orchestrator.logger import Logger, Timer
-from orchestrator.setup import Groups, build_groups, start_cluster
+from orchestrator.setup import Groups, build_groups, pipeline_threads_warning, start_cluster
 from orchestrator.stage_table import format_table, in_table
 from orchestrator.storage import checkpoint_root, mirror_for
 
@@ -127,6 +128,8 @@ class Trainer:
         except (ValueError, FileNotFoundError, RuntimeError) as e:  # CheckpointError included
             raise SetupError(str(e)) from e
         start_cluster(cfg.cluster)
+        if warning := pipeline_threads_warning(cfg, os.cpu_count() or 1):
+            print(f"warning: {warning}", flush=True)
         self.groups: Groups = build_groups(cfg, self.model_path, self.run_dir.name)
         self.stage_table: list[dict[str, Any]] = []
         g = self.groups

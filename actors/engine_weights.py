@@ -25,6 +25,17 @@ class EngineWeights:
     def push(self) -> dict[str, float]:
         """The learners' weights to every engine, as the next policy version; the sync's figures."""
         self.version += 1
+        return self._push()
+
+    def recover(self, ranks: list[int]) -> None:
+        """Every rollout actor was lost mid-generation: back, with the current version's weights (an
+        actor lost again meanwhile is waited for too, as in a push)."""
+        self.lost |= set(ranks)
+        self._push()
+
+    def _push(self) -> dict[str, float]:
+        """Push the current version; a rollout actor lost before or under it is waited for, the group
+        formed anew with it, and the push made again (up to `max_restarts` times)."""
         for attempt in range(self.max_restarts + 1):
             try:
                 if self.lost:
@@ -36,12 +47,6 @@ class EngineWeights:
                 print(f"{e}; forming the weight sync again", flush=True)
                 self.lost.add(e.rank)
         raise AssertionError("unreachable")
-
-    def recover(self, ranks: list[int]) -> None:
-        """Every rollout actor was lost mid-generation: back, with the current version's weights."""
-        self.lost |= set(ranks)
-        self._rejoin()
-        self.sync.push(self.learners, self.rollouts, self.version)
 
     def _rejoin(self) -> None:
         """Wait for the restarted actors; dissolve the group, so the next push forms it with them."""

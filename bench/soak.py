@@ -81,6 +81,9 @@ def main() -> None:
            f"trainer.prompts_per_step={prompts}", f"rollout.n={n}", "rollout.max_new_tokens=24",
            "rollout.num_actors=2", "reward.num_actors=2", "rollout.num_cpus=0.25", "reward.num_cpus=0.25",
            "learner.num_cpus=0.25", "cluster.max_restarts=1000", "logging.progress_bar=false",
+           # a rollout actor killed while the sync group forms leaves learner rank 0 in the rendezvous until
+           # this timeout: bounded at 30 s (the tiny model's group forms in well under a second)
+           "rollout.weight_sync.timeout_s=30",
            "logging.wandb_mode=disabled", "logging.print_every=0", f"hydra.run.dir={run}"]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -283,7 +283,9 @@ def test_bench_requests_on_vllm(tmp_path):
 
 def test_bench_soak():
     """A short soak: rollout and reward actors killed at random while 4 RL steps run."""
-    run = bench("soak.py", "--rl-steps", "4", "--kill-every", "2.5", "--seed", "1", timeout=600)
+    # a kill every ~8 s: a restart (a fresh worker loading the model) must fit between two kills on a loaded
+    # machine, or no step can finish (at 2.5 s under load 4-6 the run made 2 steps in 10 minutes)
+    run = bench("soak.py", "--rl-steps", "4", "--kill-every", "8", "--seed", "1", timeout=900)
     r = check(run, "soak", ("rl_steps", "kills", "rollout_retries", "reward_retries", "samples_exact", "finite", "rc"))
     assert r["rc"] == 0 and r["rl_steps"] == 4, run.why("the run did not finish every RL step")
     assert r["kills"] >= 1, run.why("nothing was killed: the soak tested nothing")

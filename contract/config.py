@@ -92,6 +92,11 @@ class DataConfig:
     # Probability that a train problem's teacher trace is serial instead of parallel (a cold start
     # that forks only sometimes, as Parallel-SFT's 95.6% #Parallel): RL then can move #Parallel.
     teacher_serial: float = 0.0
+    # Probabilities that a train problem's parallel traces fork late: after the whole serial solution
+    # (a parallel verification), or after its first part (mid-solution); otherwise at the first token.
+    # They give the first-<Parallel> position room to move (Parallel-R1 Figure 3).
+    teacher_verify: float = 0.0
+    teacher_midfork: float = 0.0
     # Which teacher trace the SFT stage imitates: serial | parallel_r1 | parason.
     trace: str = "parallel_r1"
     # Format options (formats.FormatSpec fields; the defaults follow the public projects).
@@ -103,10 +108,12 @@ class DataConfig:
         levels = [self.difficulty] if isinstance(self.difficulty, int) else list(self.difficulty or [])
         _check(bool(levels) and all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= 7 for d in levels),
                "data.difficulty", f"must be an int in 1..7 or a non-empty list of them, got {self.difficulty!r}")
-        for key in ("teacher_error", "teacher_no_answer", "teacher_serial"):
+        for key in ("teacher_error", "teacher_no_answer", "teacher_serial", "teacher_verify", "teacher_midfork"):
             p = getattr(self, key)
             _check(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p < 1, f"data.{key}",
                    f"must be in [0, 1), got {p!r}")
+        _check(self.teacher_verify + self.teacher_midfork <= 1, "data.teacher_verify",
+               f"teacher_verify + teacher_midfork must be at most 1, got {self.teacher_verify} + {self.teacher_midfork}")
         _check(self.trace in ("serial", "parallel_r1", "parason"), "data.trace", f"unknown trace {self.trace!r}")
         try:
             self.spec  # noqa: B018 -- unknown option or bad value: fail at config time

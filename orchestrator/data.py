@@ -24,7 +24,8 @@ def load_problems(cfg: DataConfig) -> tuple[list, list]:
 
         return toyworld.make_splits(cfg.n_train, cfg.n_test, cfg.seed, levels, family=cfg.family,
                                     teacher_error=cfg.teacher_error, teacher_no_answer=cfg.teacher_no_answer,
-                                    teacher_serial=cfg.teacher_serial, r1_spec=replace(cfg.spec, name="parallel_r1"))
+                                    teacher_serial=cfg.teacher_serial, r1_spec=replace(cfg.spec, name="parallel_r1"),
+                                    teacher_verify=cfg.teacher_verify, teacher_midfork=cfg.teacher_midfork)
     raise ValueError(f"data.source={cfg.source!r} is not available yet; valid: toyworld")
 
 

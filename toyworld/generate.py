@@ -49,6 +49,7 @@ def _difficulties(difficulty: Difficulty) -> tuple[int, ...]:
 def _stream(
     family: str, rng: random.Random, difficulty: Difficulty, tag: str, teacher_error: float = 0.0,
     teacher_no_answer: float = 0.0, teacher_serial: float = 0.0, r1_spec: FormatSpec = PARALLEL_R1,
+    teacher_verify: float = 0.0, teacher_midfork: float = 0.0,
 ) -> Iterator[tuple[Problem, tuple]]:
     """Endless ``(problem, identity key)`` pairs; ``mixed`` alternates subtask, trial, ...
 
@@ -56,18 +57,23 @@ def _stream(
     :func:`~toyworld.tasks.flawed` solution (the answer stays the true one).  With
     ``teacher_no_answer`` q, each problem's traces, with probability q, stop before the final
     ``#### answer`` line.  With ``teacher_serial`` s, each problem's parallel traces, with
-    probability s, are its serial trace (a teacher that forks only sometimes).  Each kind of slip
-    draws from its own stream, so the problems (and the other kinds' slips) are the same for
-    every p, q and s.
+    probability s, are its serial trace (a teacher that forks only sometimes).  With
+    ``teacher_verify`` v and ``teacher_midfork`` m, each problem's parallel traces fork, with
+    probability v, after the whole serial solution (a parallel verification) and, with
+    probability m, after its first part (``toyworld.teacher.SHAPES``); otherwise at their
+    first token.  Each kind of slip draws from its own stream, so the problems (and the other
+    kinds' slips) are the same for every p, q, s, v and m.
     """
     _check_family(family)
     _check_error(teacher_error, "teacher_error")
     _check_error(teacher_no_answer, "teacher_no_answer")
     _check_error(teacher_serial, "teacher_serial")
+    _check_shapes(teacher_verify, teacher_midfork)
     levels = _difficulties(difficulty)
     slips = random.Random(f"{tag}/teacher_error")
     drops = random.Random(f"{tag}/teacher_no_answer")
     serials = random.Random(f"{tag}/teacher_serial")
+    shapes = random.Random(f"{tag}/teacher_shape")
     i = 0
     while True:
         fam = FAMILIES[i % len(FAMILIES)] if family == "mixed" else family
@@ -76,7 +82,8 @@ def _stream(
         slip = teacher_error > 0 and slips.random() < teacher_error
         drop = teacher_no_answer > 0 and drops.random() < teacher_no_answer
         serial = teacher_serial > 0 and serials.random() < teacher_serial
-        traces = render_all(flawed(sol, slips) if slip else sol, answer_line=not drop, r1_spec=r1_spec)
+        shape = _shape(shapes, teacher_verify, teacher_midfork)
+        traces = render_all(flawed(sol, slips) if slip else sol, answer_line=not drop, r1_spec=r1_spec, shape=shape)
         if serial:
             traces = {kind: traces["serial"] for kind in traces}
         problem = Problem(
@@ -89,6 +96,7 @@ def _stream(
             teacher_flawed=slip,
             teacher_no_answer=drop,
             teacher_serial=serial,
+            teacher_shape="fork" if serial else shape,
         )
         yield problem, sol.key
         i += 1
@@ -98,6 +106,21 @@ def _check_error(p: float, name: str) -> float:
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
         raise ValueError(f"{name} must be a probability in [0, 1), got {p!r}")
     return p
+
+
+def _check_shapes(verify: float, midfork: float) -> None:
+    _check_error(verify, "teacher_verify")
+    _check_error(midfork, "teacher_midfork")
+    if verify + midfork > 1:
+        raise ValueError(f"teacher_verify + teacher_midfork must be at most 1, got {verify} + {midfork}")
+
+
+def _shape(rng: random.Random, verify: float, midfork: float) -> str:
+    """Where this problem's parallel traces fork: one draw from ``rng`` when either option is on."""
+    if verify <= 0 and midfork <= 0:
+        return "fork"
+    u = rng.random()
+    return "verify" if u < verify else "midfork" if u < verify + midfork else "fork"
 
 
 def _check_count(name: str, n: int) -> int:
@@ -157,13 +180,16 @@ def make_splits(
     teacher_no_answer: float = 0.0,
     teacher_serial: float = 0.0,
     r1_spec: FormatSpec = PARALLEL_R1,
+    teacher_verify: float = 0.0,
+    teacher_midfork: float = 0.0,
 ) -> tuple[list[Problem], list[Problem]]:
     """Disjoint train and test sets.
 
     ``r1_spec``: the Parallel-R1 spec the traces are written in (where the summary goes).
 
     ``teacher_error``, ``teacher_no_answer`` and ``teacher_serial`` make the train traces those
-    of an imperfect teacher (see :func:`_stream`); test traces are always right.
+    of an imperfect teacher, ``teacher_verify`` and ``teacher_midfork`` those of one that forks
+    later (see :func:`_stream`); test traces are always right and fork first.
 
     Test problems are distinct, and no train problem equals a test problem even up to
     reordering (``3*4+5*6`` vs ``6*5+4*3``; the same trial candidates in another order), so
@@ -186,7 +212,7 @@ def make_splits(
     test = _take(test_stream, n_test, seen, "test", distinct=True)
     train_stream = _stream(
         family, random.Random(f"toyworld/train/{family}/{seed}"), difficulty, f"train-s{seed}", teacher_error,
-        teacher_no_answer, teacher_serial, r1_spec,
+        teacher_no_answer, teacher_serial, r1_spec, teacher_verify, teacher_midfork,
     )
     train = _take(train_stream, n_train, seen, "train", distinct=False)
     return train, test

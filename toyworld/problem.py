@@ -48,6 +48,9 @@ class Problem:
     #: True when the teacher did not fork on this problem (``make_splits(teacher_serial=...)``):
     #: every trace kind holds the serial trace.
     teacher_serial: bool = False
+    #: Where the parallel traces fork (``toyworld.teacher.SHAPES``; ``make_splits(teacher_verify=...,
+    #: teacher_midfork=...)``): ``"fork"`` at the first token, ``"midfork"`` or ``"verify"`` later.
+    teacher_shape: str = "fork"
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from formats import Branch as FormatBranch
 from toyworld.problem import Solution
 
 __all__ = [
+    "SHAPES",
     "final_line",
     "parallel_r1_tree",
     "parason_tree",
@@ -47,6 +48,32 @@ __all__ = [
 ]
 
 _PARASON_KIND = {"subtask": SUBTASK, "trial": TRIAL}
+
+#: Where a parallel trace forks (``render_all(shape=...)``): ``fork`` at its first token (every
+#: branch solves a part); ``midfork`` after solving the first part serially (the block solves the
+#: rest and re-checks the first: a block holds at least two branches); ``verify`` after the whole
+#: serial solution (the block re-checks every part, the summary restates the merge).  With them
+#: the first-``<Parallel>`` position has somewhere to move (Parallel-R1 Figure 3).
+SHAPES: tuple[str, ...] = ("fork", "midfork", "verify")
+
+
+def _shaped(sol: Solution, shape: str) -> tuple[str, tuple]:
+    """The serial text written before the block (``""`` or ending in a space) and the block's parts.
+
+    >>> from toyworld.problem import Part
+    >>> s = Solution("subtask", (Part("3*4", "3*4=12"), Part("5*6", "5*6=30")), "12+30=42", 42)
+    >>> _shaped(s, "midfork")[0], [p.outline for p in _shaped(s, "midfork")[1]]
+    ('3*4=12 ', ['5*6', '3*4'])
+    >>> _shaped(s, "verify")[0]
+    '3*4=12 5*6=30 12+30=42 '
+    """
+    if shape == "fork":
+        return "", sol.parts
+    if shape == "midfork":
+        return sol.parts[0].work + " ", sol.parts[1:] + sol.parts[:1]
+    if shape == "verify":
+        return render_serial(sol, answer_line=False) + " ", sol.parts
+    raise ValueError(f"unknown teacher shape {shape!r}; valid: {', '.join(SHAPES)}")
 
 
 def final_line(answer: int) -> str:
@@ -79,25 +106,34 @@ def render_serial(sol: Solution, answer_line: bool = True) -> str:
     return " ".join([p.work for p in sol.parts] + [sol.merge]) + (final_line(sol.answer) if answer_line else "")
 
 
-def parallel_r1_tree(sol: Solution, answer_line: bool = True) -> Tree:
-    """One block: a Path per part, the merge as its Summary, then the answer line."""
+def _lead(prefix: str) -> tuple[str, ...]:
+    return (prefix,) if prefix else ()
+
+
+def parallel_r1_tree(sol: Solution, answer_line: bool = True, shape: str = "fork") -> Tree:
+    """One block: a Path per part, the merge as its Summary, then the answer line; ``shape``
+    says what serial work comes before the block (:data:`SHAPES`)."""
     _check_text(sol)
-    paths = tuple(FormatBranch(PATH, (p.work,)) for p in sol.parts)
+    prefix, parts = _shaped(sol, shape)
+    paths = tuple(FormatBranch(PATH, (p.work,)) for p in parts)
     tail = (final_line(sol.answer),) if answer_line else ()
-    return Tree((Block(paths, summary=sol.merge), *tail))
+    return Tree((*_lead(prefix), Block(paths, summary=sol.merge), *tail))
 
 
-def parason_tree(sol: Solution, answer_line: bool = True) -> Tree:
+def parason_tree(sol: Solution, answer_line: bool = True, shape: str = "fork") -> Tree:
     """One block: a Subtask (AND) or Trial (OR) entry and a Thread per part, each thread opening
-    with its entry's header; the merge then continues the main chain after the block."""
+    with its entry's header; the merge then continues the main chain after the block.  ``shape``
+    as :func:`parallel_r1_tree`."""
     _check_text(sol)
+    prefix, parts = _shaped(sol, shape)
     kind = _PARASON_KIND[sol.kind]
     threads = tuple(FormatBranch(kind, (thread_header(p.outline) + p.work,), outline=p.outline)
-                    for p in sol.parts)
-    return Tree((Block(threads), sol.merge + (final_line(sol.answer) if answer_line else "")))
+                    for p in parts)
+    return Tree((*_lead(prefix), Block(threads), sol.merge + (final_line(sol.answer) if answer_line else "")))
 
 
-def render_parallel_r1(sol: Solution, spec: FormatSpec = PARALLEL_R1, answer_line: bool = True) -> str:
+def render_parallel_r1(sol: Solution, spec: FormatSpec = PARALLEL_R1, answer_line: bool = True,
+                       shape: str = "fork") -> str:
     """Parallel-R1 trace text.
 
     >>> from toyworld.problem import Part
@@ -105,10 +141,10 @@ def render_parallel_r1(sol: Solution, spec: FormatSpec = PARALLEL_R1, answer_lin
     >>> render_parallel_r1(s)
     '<Parallel><Path>2*7=14 14%10=4 no</Path><Path>3*7=21 21%10=1 yes</Path></Parallel><Summary>x=3</Summary> #### 3'
     """
-    return render(parallel_r1_tree(sol, answer_line), spec)
+    return render(parallel_r1_tree(sol, answer_line, shape), spec)
 
 
-def render_parason(sol: Solution, spec: FormatSpec = PARASON, answer_line: bool = True) -> str:
+def render_parason(sol: Solution, spec: FormatSpec = PARASON, answer_line: bool = True, shape: str = "fork") -> str:
     """Parason trace text.
 
     >>> from toyworld.problem import Part
@@ -116,15 +152,23 @@ def render_parason(sol: Solution, spec: FormatSpec = PARASON, answer_line: bool 
     >>> render_parason(s)[:64]
     '<Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask>'
     """
-    return render(parason_tree(sol, answer_line), spec)
+    return render(parason_tree(sol, answer_line, shape), spec)
 
 
-def render_all(sol: Solution, answer_line: bool = True, r1_spec: FormatSpec = PARALLEL_R1) -> dict[str, str]:
+def render_all(sol: Solution, answer_line: bool = True, r1_spec: FormatSpec = PARALLEL_R1,
+               shape: str = "fork") -> dict[str, str]:
     """All three traces, keyed as :data:`toyworld.problem.TRACE_KINDS`; without the final
     ``#### answer`` line when ``answer_line`` is False (a teacher that forgot it).  The
-    Parallel-R1 trace puts its summary where ``r1_spec`` writes it."""
+    Parallel-R1 trace puts its summary where ``r1_spec`` writes it; the parallel traces fork
+    where ``shape`` says (:data:`SHAPES`).
+
+    >>> from toyworld.problem import Part
+    >>> s = Solution("subtask", (Part("3*4", "3*4=12"), Part("5*6", "5*6=30")), "12+30=42", 42)
+    >>> render_all(s, shape="verify")["parallel_r1"]
+    '3*4=12 5*6=30 12+30=42 <Parallel><Path>3*4=12</Path><Path>5*6=30</Path></Parallel><Summary>12+30=42</Summary> #### 42'
+    """
     return {
         "serial": render_serial(sol, answer_line),
-        "parallel_r1": render_parallel_r1(sol, r1_spec, answer_line=answer_line),
-        "parason": render_parason(sol, answer_line=answer_line),
+        "parallel_r1": render_parallel_r1(sol, r1_spec, answer_line=answer_line, shape=shape),
+        "parason": render_parason(sol, answer_line=answer_line, shape=shape),
     }

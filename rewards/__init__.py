@@ -5,7 +5,8 @@ prompt) given a :class:`RewardContext` (global step, curriculum stage, ground tr
 returns per-sample rewards, binary correctness and named components (:class:`GroupScore`).
 
 Built-in rewards (``reward_names()``): ``format``, ``accuracy``, ``s1``, ``parallel_acc``,
-``tiered``, ``s2`` (Parallel-R1) and ``pa_grpo``, ``acceleration`` (Parason).
+``tiered``, ``s2`` (Parallel-R1), ``pa_grpo``, ``acceleration`` (Parason) and ``branch_acc``
+(a reward per branch: the answer, plus the share of branches whose steps check).
 
 Example:
     >>> import rewards
@@ -17,6 +18,7 @@ Debug offline: ``python -m rewards score FILE.jsonl --reward pa_grpo beta_sub=0.
 """
 
 from rewards import parallel_r1 as _parallel_r1  # noqa: F401  (registers the Parallel-R1 rewards)
+from rewards import branch as _branch  # noqa: F401  (registers the per-branch reward)
 from rewards import parason as _parason  # noqa: F401  (registers the Parason rewards)
 from rewards.api import score_group, score_samples
 from rewards.registry import RewardEntry, RewardSpec, get_reward, make_params, register, reward_names

@@ -1,0 +1,107 @@
+"""A reward per branch: every branch's own steps are checked, not only the final answer.
+
+Toy-world traces write their work as checkable steps: ``3*4=12`` (an equation), and in a trial
+branch ``3*7=21 21%10=1 yes`` (equations, then a verdict on the candidate the branch tests).
+:func:`unit_correct` checks one unit of work: every equation must hold and a verdict must agree
+with the ground truth (the winning candidate is the answer).  The units of a sample are the
+branches of its parallel blocks; a sample without a block is one unit, its whole text.
+
+``branch_acc`` -- ``correct``/``wrong`` for the final answer (+1/-1, as ``accuracy``), plus
+``branch_weight`` x the share of the sample's units that check.  The answer still dominates; the
+branch term separates, inside a group, samples whose answers agree but whose steps do not.
+
+Example:
+    >>> unit_correct("3*4=12", "42"), unit_correct("3*4=13", "42"), unit_correct("3*7=21 21%10=1 yes", "3")
+    (True, False, True)
+    >>> unit_correct("3*7=21 21%10=1 yes", "4"), unit_correct("x=3\\n3*7=21 21%10=1 no", "4")
+    (False, True)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rewards.registry import register
+from rewards.types import BaseParams, GroupScore, RewardContext, Sample
+
+__all__ = ["BranchParams", "branch_acc", "sample_units", "unit_correct"]
+
+_EQUATION = re.compile(r"(?<![\w.])(\d+(?:[*+%-]\d+)+)=(-?\d+)(?![\w.])")
+_VERDICT = re.compile(r"\b(yes|no)\b")
+_NUMBER = re.compile(r"\d+")
+
+
+def _evaluate(expr: str) -> int:
+    """``+``/``-`` of terms, each ``*``/``%`` of numbers left to right (Python's precedence)."""
+    total, sign = 0, 1
+    for term in re.split(r"([+-])", expr):
+        if term in "+-":
+            sign = 1 if term == "+" else -1
+            continue
+        nums, ops = re.split(r"[*%]", term), re.findall(r"[*%]", term)
+        value = int(nums[0])
+        for op, n in zip(ops, nums[1:]):
+            value = value * int(n) if op == "*" else value % int(n) if int(n) else value
+        total += sign * value
+    return total
+
+
+def unit_correct(text: str, ground_truth: str) -> bool:
+    """Whether a unit of work checks: it holds at least one equation, every equation holds, and
+    a ``yes``/``no`` verdict (if any) is ``yes`` exactly when the candidate it tests (the unit's
+    first number) is the ground-truth answer."""
+    equations = _EQUATION.findall(text)
+    if not equations or any(_evaluate(lhs) != int(rhs) for lhs, rhs in equations):
+        return False
+    verdicts = _VERDICT.findall(text)
+    if not verdicts:
+        return True
+    if not ground_truth.strip().lstrip("-").isdigit():
+        return False
+    candidate = _NUMBER.search(text)
+    return (verdicts[-1] == "yes") == (candidate is not None and int(candidate.group()) == int(ground_truth))
+
+
+def _text(nodes) -> str:
+    return " ".join(n if isinstance(n, str) else " ".join(_text(b.body) for b in n.branches) for n in nodes)
+
+
+def sample_units(sample: Sample) -> list[str]:
+    """The texts of a sample's units: its blocks' branches (nested blocks count as their outer
+    branch), or its whole main chain when it has no block; ``[]`` when it did not parse."""
+    tree = sample.tree
+    if tree is None or not sample.format_valid:
+        return []
+    units = [_text(b.body) for node in tree.nodes if not isinstance(node, str) for b in node.branches]
+    return units or [_text(tree.nodes)]
+
+
+@dataclass(frozen=True)
+class BranchParams(BaseParams):
+    """Answer values, and the weight of the share of units that check."""
+
+    correct: float = 1.0
+    wrong: float = -1.0
+    branch_weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 <= self.branch_weight:
+            raise ValueError(f"branch_weight must be >= 0, got {self.branch_weight}")
+
+
+@register("branch_acc", params=BranchParams, needs_accuracy=True, needs_parse=True)
+def branch_acc(samples: Sequence[Sample], ctx: RewardContext, p: BranchParams) -> GroupScore:
+    """Per-branch reward: +-1 for the answer plus ``branch_weight`` x the share of the sample's
+    branches (its main chain when serial) whose steps check; a text that does not parse gets
+    no branch credit."""
+    shares = []
+    for s in samples:
+        units = sample_units(s)
+        shares.append(sum(unit_correct(u, ctx.ground_truth) for u in units) / len(units) if units else 0.0)
+    rewards = [(p.correct if s.correct else p.wrong) + p.branch_weight * share for s, share in zip(samples, shares)]
+    return GroupScore(rewards, [s.correct for s in samples],
+                      {"acc": [float(s.correct) for s in samples], "format_valid": [float(s.format_valid) for s in samples],
+                       "parallel": [float(s.has_parallel) for s in samples], "branch_share": shares})

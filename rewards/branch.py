@@ -4,7 +4,9 @@ Toy-world traces write their work as checkable steps: ``3*4=12`` (an equation), 
 branch ``3*7=21 21%10=1 yes`` (equations, then a verdict on the candidate the branch tests).
 :func:`unit_correct` checks one unit of work: every equation must hold and a verdict must agree
 with the ground truth (the winning candidate is the answer).  The units of a sample are the
-branches of its parallel blocks; a sample without a block is one unit, its whole text.
+branches of its parallel blocks, and its main chain (the text outside the blocks, with their
+summaries) when that holds an equation (the join ``12+30=42``); a sample without a block is one
+unit, its whole text.
 
 ``branch_acc`` -- ``correct``/``wrong`` for the final answer (+1/-1, as ``accuracy``), plus
 ``branch_weight`` x the share of the sample's units that check.  The answer still dominates; the
@@ -68,14 +70,20 @@ def _text(nodes) -> str:
     return " ".join(n if isinstance(n, str) else " ".join(_text(b.body) for b in n.branches) for n in nodes)
 
 
+def _main_chain(nodes) -> str:
+    return " ".join(n if isinstance(n, str) else n.summary or "" for n in nodes)
+
+
 def sample_units(sample: Sample) -> list[str]:
     """The texts of a sample's units: its blocks' branches (nested blocks count as their outer
-    branch), or its whole main chain when it has no block; ``[]`` when it did not parse."""
+    branch) and its main chain if that holds an equation, or its whole main chain when it has no
+    block; ``[]`` when it did not parse."""
     tree = sample.tree
     if tree is None or not sample.format_valid:
         return []
     units = [_text(b.body) for node in tree.nodes if not isinstance(node, str) for b in node.branches]
-    return units or [_text(tree.nodes)]
+    main = _main_chain(tree.nodes)
+    return units + [main] if not units or _EQUATION.search(main) else units
 
 
 @dataclass(frozen=True)
@@ -95,8 +103,8 @@ class BranchParams(BaseParams):
 @register("branch_acc", params=BranchParams, needs_accuracy=True, needs_parse=True)
 def branch_acc(samples: Sequence[Sample], ctx: RewardContext, p: BranchParams) -> GroupScore:
     """Per-branch reward: +-1 for the answer plus ``branch_weight`` x the share of the sample's
-    branches (its main chain when serial) whose steps check; a text that does not parse gets
-    no branch credit."""
+    units (its branches, and its main chain's join) whose steps check; a text that does not
+    parse gets no branch credit."""
     shares = []
     for s in samples:
         units = sample_units(s)

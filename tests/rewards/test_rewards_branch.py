@@ -15,18 +15,23 @@ R1 = "<Parallel><Path>{a}</Path><Path>{b}</Path></Parallel><Summary>{m}</Summary
 
 def test_values_by_hand():
     texts = [
-        R1.format(a="3*4=12", b="5*6=30", m="12+30=42", ans=42),  # right, both branches check: 1 + 0.5
-        R1.format(a="3*4=12", b="5*6=31", m="12+31=43", ans=42),  # right answer, one bad branch: 1 + 0.25
-        R1.format(a="3*4=12", b="5*6=31", m="12+31=43", ans=43),  # wrong, one branch checks: -1 + 0.25
+        R1.format(a="3*4=12", b="5*6=30", m="12+30=42", ans=42),  # right, branches and join check: 1 + 0.5
+        R1.format(a="3*4=12", b="5*6=31", m="12+30=42", ans=42),  # right answer, one bad branch: 1 + 0.5 * 2/3
+        R1.format(a="3*4=12", b="5*6=31", m="12+31=44", ans=44),  # wrong, the first branch checks: -1 + 0.5 / 3
         "3*4=12 5*6=30 12+30=42 #### 42",  # serial: its main chain is one unit that checks: 1 + 0.5
         "3*4=12 5*6=30 12+30=41 #### 41",  # serial, a bad sum: the unit fails: -1 + 0
         "<Parallel><Path>3*4=12</Path>",  # malformed: no branch credit
     ]
     got = rewards.score_group("branch_acc", texts, "42")
-    assert got.rewards == [1.5, 1.25, -0.75, 1.5, -1.0, -1.0]
-    assert got.components["branch_share"] == [1.0, 0.5, 0.5, 1.0, 0.0, 0.0]
-    weighted = rewards.score_group("branch_acc", texts[:2], "42", params={"branch_weight": 2.0, "wrong": 0.0})
-    assert weighted.rewards == [3.0, 2.0]
+    assert got.rewards == pytest.approx([1.5, 1 + 1 / 3, -1 + 1 / 6, 1.5, -1.0, -1.0])
+    assert got.components["branch_share"] == pytest.approx([1.0, 2 / 3, 1 / 3, 1.0, 0.0, 0.0])
+    weighted = rewards.score_group("branch_acc", texts[:2], "42", params={"branch_weight": 3.0, "wrong": 0.0})
+    assert weighted.rewards == pytest.approx([4.0, 3.0])
+    # A trial fork's main chain states the winner without an equation: only its branches count.
+    trial = R1.format(a="2*7=14 14%10=4 no", b="3*7=21 21%10=1 yes", m="x=3", ans=3)
+    assert rewards.score_group("branch_acc", [trial], "3").components["branch_share"] == [1.0]
+    wrong_verdict = R1.format(a="2*7=14 14%10=4 yes", b="3*7=21 21%10=1 yes", m="x=3", ans=3)
+    assert rewards.score_group("branch_acc", [wrong_verdict], "3").components["branch_share"] == [0.5]
 
 
 @pytest.mark.parametrize(("text", "truth", "ok"), [
@@ -58,4 +63,6 @@ def test_teacher_traces_earn_full_branch_credit_and_one_bad_branch_loses_its_sha
         head, tail = text.rsplit(work, 1)
         bad = head + work.replace("=", "=1", 1) + tail
         share = rewards.score_group("branch_acc", [bad], str(sol.answer), params={"format": kind}).components["branch_share"][0]
-        assert share == pytest.approx((len(sol.parts) - 1) / len(sol.parts)), bad
+        # + the main chain when it holds an equation: a sum joining the branches, or serial work before the block
+        units = len(sol.parts) + (sol.kind == "subtask" or shape != "fork")
+        assert share == pytest.approx((units - 1) / units), bad

@@ -52,18 +52,21 @@ def _evaluate(expr: str) -> int:
 
 def unit_correct(text: str, ground_truth: str) -> bool:
     """Whether a unit of work checks: it holds at least one equation, every equation holds, and
-    a ``yes``/``no`` verdict (if any) is ``yes`` exactly when the candidate it tests (the unit's
-    first number) is the ground-truth answer."""
+    every ``yes``/``no`` verdict is ``yes`` exactly when the candidate it tests (the first number
+    since the previous verdict) is the ground-truth answer."""
     equations = _EQUATION.findall(text)
     if not equations or any(_evaluate(lhs) != int(rhs) for lhs, rhs in equations):
         return False
-    verdicts = _VERDICT.findall(text)
-    if not verdicts:
-        return True
-    if not ground_truth.strip().lstrip("-").isdigit():
-        return False
-    candidate = _NUMBER.search(text)
-    return (verdicts[-1] == "yes") == (candidate is not None and int(candidate.group()) == int(ground_truth))
+    start = 0
+    for verdict in _VERDICT.finditer(text):
+        truth = ground_truth.strip()
+        candidate = _NUMBER.search(text, start, verdict.start())
+        if not truth.lstrip("-").isdigit() or candidate is None:
+            return False
+        if (verdict.group() == "yes") != (int(candidate.group()) == int(truth)):
+            return False
+        start = verdict.end()
+    return True
 
 
 def _text(nodes) -> str:

@@ -41,6 +41,8 @@ def test_values_by_hand():
     ("2*7=14 14%10=4 yes", "3", False),
     ("2*7=15 15%10=5 no", "3", False),  # a wrong product
     ("x=2\n2*7=14 14%10=4 no", "3", True),  # a Parason thread: header, then the work
+    ("2*7=14 14%10=4 no 3*7=21 21%10=1 yes x=3", "3", True),  # a serial trial: each verdict on its candidate
+    ("2*7=14 14%10=4 yes 3*7=21 21%10=1 yes x=3", "3", False),
     ("12+30+7=49", "49", True),
     ("2+3*4=14", "14", True),  # precedence as written
     ("twelve", "12", False),  # no step to check

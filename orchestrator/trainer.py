@@ -37,6 +37,7 @@ from orchestrator.logger import Logger, Timer
 from orchestrator.setup import Groups, build_groups, pipeline_threads_warning, start_cluster
 from orchestrator.stage_table import format_table, in_table
 from orchestrator.storage import checkpoint_root, mirror_for
+from orchestrator.structure import trajectory_stats
 
 
 def prepare_model(cfg: ParallaxConfig, run_dir: Path) -> str:
@@ -73,39 +74,13 @@ def _local_model(path: str) -> Path:
         raise ValueError(f"model.path={path!r}: not a local directory, and the hub cannot give it ({e})") from None
 
 
-def trajectory_stats(trajs: list[Trajectory], fmt: str, prefix: str,
-                     correct: list[bool] | None = None) -> dict[str, float]:
-    """Parallel-structure metrics of generated texts through the format package.
-
-    With ``correct`` (one flag per trajectory), also the accuracy of the samples that fork
-    (``acc_parallel``: well formed, at least one block) and of the others (``acc_serial``), each
-    only when such samples exist: which of the two an accuracy-only reward favours.
-    """
-    from formats import text_stats
-
-    stats = [text_stats(t.text, fmt) for t in trajs]
-    valid = [s for s in stats if s["valid"] and s["has_parallel"]]
-    out = {f"{prefix}/ratio": mean(bool(s["has_parallel"]) for s in stats),
-           f"{prefix}/valid": mean(bool(s["valid"]) for s in stats),
-           # Well-formed AND holding at least one parallel block: the format SFT must teach.
-           f"{prefix}/valid_parallel": len(valid) / len(stats)}
-    if correct is not None:
-        if len(correct) != len(stats):
-            raise ValueError(f"{len(correct)} correctness flags for {len(stats)} trajectories")
-        forks = [s["valid"] and bool(s["has_parallel"]) for s in stats]
-        for name, want in (("acc_parallel", True), ("acc_serial", False)):
-            picked = [bool(c) for c, f in zip(correct, forks) if f == want]
-            if picked:
-                out[f"{prefix}/{name}"] = mean(picked)
-    if valid:
-        out[f"{prefix}/first_pos"] = mean(s["first_parallel_pos"] for s in valid)
-        out[f"{prefix}/speedup"] = mean(s["speedup"] for s in valid)
-        out[f"{prefix}/critical_path"] = mean(s["critical_path_tokens"] for s in valid)
-    return out
-
-
 # One sampling stream for every held-out evaluation (common random numbers across stages).
 EVAL_SEED = 1_000_003
+
+
+def _truths(prompts: list[Prompt], trajs: list[Trajectory]) -> list[str]:
+    by_uid = {p.uid: p.ground_truth for p in prompts}
+    return [by_uid[x.uid] for x in trajs]
 
 
 class SetupError(Exception):
@@ -210,7 +185,8 @@ class Trainer:
 
             self.logger.log_table(sample_rows(prompts, trajs, rewards, correct, self.fmt, self.cfg.logging.table_rows),
                                   step)
-        return {**scored.metrics, **stats, **synced, **t.times, **trajectory_stats(trajs, self.fmt, "parallel", correct),
+        return {**scored.metrics, **stats, **synced, **t.times, **trajectory_stats(trajs, self.fmt, "parallel", correct,
+                                                                               _truths(prompts, trajs)),
                 "response/length": mean(lengths), "response/clip_ratio": mean(x.finish_reason == "length"
                                                                               for x in trajs),
                 "throughput/tokens_per_s": sum(lengths) / max(t.times["timing/generate"], 1e-9),
@@ -361,7 +337,7 @@ class Trainer:
             table[f"eval/pass@{k}"] = detail[f"eval/overall/pass@{k}"]
         else:
             table.pop("eval/acc_greedy")  # greedy only: it is eval/acc
-        table |= trajectory_stats(trajs, self.fmt, "eval/parallel", correct)
+        table |= trajectory_stats(trajs, self.fmt, "eval/parallel", correct, _truths(prompts, trajs))
         table |= {f"eval/acc@{b}": detail[f"eval/overall/acc@{b}"] for b in tcfg.eval_budgets
                   if f"eval/overall/acc@{b}" in detail}
         return table | {k: v for k, v in detail.items() if k not in table}

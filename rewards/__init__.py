@@ -17,8 +17,8 @@ Example:
 Debug offline: ``python -m rewards score FILE.jsonl --reward pa_grpo beta_sub=0.1``.
 """
 
-from rewards import parallel_r1 as _parallel_r1  # noqa: F401  (registers the Parallel-R1 rewards)
 from rewards import branch as _branch  # noqa: F401  (registers the per-branch reward)
+from rewards import parallel_r1 as _parallel_r1  # noqa: F401  (registers the Parallel-R1 rewards)
 from rewards import parason as _parason  # noqa: F401  (registers the Parason rewards)
 from rewards.api import score_group, score_samples
 from rewards.registry import RewardEntry, RewardSpec, get_reward, make_params, register, reward_names

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from rewards.registry import register
 from rewards.types import BaseParams, GroupScore, RewardContext, Sample
 
-__all__ = ["BranchParams", "branch_acc", "sample_units", "unit_correct"]
+__all__ = ["BranchParams", "branch_acc", "sample_units", "steps_share", "tree_units", "unit_correct"]
 
 _EQUATION = re.compile(r"(?<![\w.])(\d+(?:[*+%-]\d+)+)=(-?\d+)(?![\w.])")
 _VERDICT = re.compile(r"\b(yes|no)\b")
@@ -77,16 +77,33 @@ def _main_chain(nodes) -> str:
     return " ".join(n if isinstance(n, str) else n.summary or "" for n in nodes)
 
 
-def sample_units(sample: Sample) -> list[str]:
-    """The texts of a sample's units: its blocks' branches (nested blocks count as their outer
-    branch) and its main chain if that holds an equation, or its whole main chain when it has no
-    block; ``[]`` when it did not parse."""
-    tree = sample.tree
-    if tree is None or not sample.format_valid:
-        return []
+def tree_units(tree) -> list[str]:
+    """The texts of a parsed text's units: its blocks' branches (nested blocks count as their outer
+    branch) and its main chain if that holds an equation, or its whole main chain when it has no block."""
     units = [_text(b.body) for node in tree.nodes if not isinstance(node, str) for b in node.branches]
     main = _main_chain(tree.nodes)
     return units + [main] if not units or _EQUATION.search(main) else units
+
+
+def sample_units(sample: Sample) -> list[str]:
+    """:func:`tree_units` of a scored sample; ``[]`` when it did not parse."""
+    return tree_units(sample.tree) if sample.tree is not None and sample.format_valid else []
+
+
+def _share(units: list[str], ground_truth: str) -> float:
+    return sum(unit_correct(u, ground_truth) for u in units) / len(units) if units else 0.0
+
+
+def steps_share(text: str, fmt, ground_truth: str) -> float:
+    """The share of ``text``'s units whose steps check (0 when it does not parse in ``fmt``).
+
+    >>> steps_share("<Parallel><Path>3*4=12</Path><Path>5*6=31</Path></Parallel><Summary>12+30=42</Summary>", "parallel_r1", "42")
+    0.6666666666666666
+    """
+    import formats
+
+    result = formats.parse(text, fmt)
+    return _share(tree_units(result.tree) if result.ok else [], ground_truth)
 
 
 @dataclass(frozen=True)
@@ -108,10 +125,7 @@ def branch_acc(samples: Sequence[Sample], ctx: RewardContext, p: BranchParams) -
     """Per-branch reward: +-1 for the answer plus ``branch_weight`` x the share of the sample's
     units (its branches, and its main chain's join) whose steps check; a text that does not
     parse gets no branch credit."""
-    shares = []
-    for s in samples:
-        units = sample_units(s)
-        shares.append(sum(unit_correct(u, ctx.ground_truth) for u in units) / len(units) if units else 0.0)
+    shares = [_share(sample_units(s), ctx.ground_truth) for s in samples]
     rewards = [(p.correct if s.correct else p.wrong) + p.branch_weight * share for s, share in zip(samples, shares)]
     return GroupScore(rewards, [s.correct for s in samples],
                       {"acc": [float(s.correct) for s in samples], "format_valid": [float(s.format_valid) for s in samples],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from contract.batch import Trajectory
-from orchestrator.trainer import trajectory_stats
+from orchestrator.structure import trajectory_stats
 
 FORK = "<Parallel><Path>3*4=12</Path><Path>5*6=30</Path><Summary>12+30=42</Summary></Parallel> #### 42"
 SERIAL = "3*4=12 5*6=30 12+30=42 #### 42"
@@ -35,3 +35,12 @@ def test_a_side_without_samples_is_left_out():
 def test_flags_must_match_the_trajectories():
     with pytest.raises(ValueError, match="2 correctness flags for 3"):
         trajectory_stats(_trajs(SERIAL, FORK, FORK), "parallel_r1", "p", [True, False])
+
+
+def test_steps_ok_is_the_share_of_units_that_check():
+    bad_branch = FORK.replace("5*6=30", "5*6=31")  # branches 1/2 right, the join 12+30=42 right: 2/3
+    out = trajectory_stats(_trajs(FORK, bad_branch, SERIAL, BROKEN), "parallel_r1", "p", truths=["42"] * 4)
+    assert out["p/steps_ok"] == pytest.approx((1 + 2 / 3 + 1 + 0) / 4)
+    assert "p/steps_ok" not in trajectory_stats(_trajs(FORK), "parallel_r1", "p")
+    with pytest.raises(ValueError, match="ground truths"):
+        trajectory_stats(_trajs(FORK, FORK), "parallel_r1", "p", truths=["42"])

@@ -14,7 +14,7 @@ import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["orchestrator", "evaluation", "actors", "layouts", "parallel", "engines", "contract",
+PACKAGES = ["studies", "orchestrator", "evaluation", "actors", "layouts", "parallel", "engines", "contract",
             "rewards", "curricula", "toyworld", "tinylm", "models", "formats", "datafiles"]
 
 

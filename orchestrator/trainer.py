@@ -74,6 +74,8 @@ def _local_model(path: str) -> Path:
         raise ValueError(f"model.path={path!r}: not a local directory, and the hub cannot give it ({e})") from None
 
 
+# RL sampling seeds: the step, plus this times trainer.seed (runs with other seeds never share a stream).
+SEED_STRIDE = 7_919_993
 # One sampling stream for every held-out evaluation (common random numbers across stages).
 EVAL_SEED = 1_000_003
 
@@ -260,8 +262,10 @@ class Trainer:
     def _start_rl(self, stage: Stage, step: int) -> generation.Started:
         batch = self._batch_size(stage)
         prompts = self.data.next(stage, batch)
+        # trainer.seed picks the sampling stream as well as the prompt order (seed 0: the step alone).
+        seed = step + SEED_STRIDE * self.cfg.trainer.seed
         return generation.start(self.groups.rollout, self.weights, prompts, stage.rollout_n or self.cfg.rollout.n,
-                                step, step, False, self.cfg.cluster.max_restarts, data_key=f"{stage.name}/{batch}")
+                                seed, step, False, self.cfg.cluster.max_restarts, data_key=f"{stage.name}/{batch}")
 
     def _dynamic_sampling(self, stage: Stage, step: int, n: int, trajs: list[Trajectory], scored, t: Timer):
         """DAPO's dynamic sampling (orchestrator/dynamic.py): groups all right or all wrong are filtered
@@ -275,7 +279,8 @@ class Trainer:
         while sum(len(k) for _, _, k in pool) < want and rounds < self.cfg.trainer.dynamic_sampling_rounds:
             rounds += 1
             extra = generation.start(self.groups.rollout, self.weights, self.data.next(stage, self._batch_size(stage)),
-                                     n, 1_000_003 * rounds + step, step, False, self.cfg.cluster.max_restarts)
+                                     n, 1_000_003 * rounds + step + SEED_STRIDE * self.cfg.trainer.seed, step, False,
+                                     self.cfg.cluster.max_restarts)
             more, more_scored = self._collect(extra, stage, t)
             pool.append((more, more_scored, dynamic.informative(more_scored.correct)))
         kept = [dynamic.take(tr, sc, n, k) for tr, sc, k in pool]
@@ -385,7 +390,7 @@ class Trainer:
     def _restore(self, ckpt: Path) -> dict[str, Any]:
         """Continue from a checkpoint: weights, optimizer, curriculum, data position, W&B run.
 
-        Sampling seeds derive from the global step and the data iterators from the config seed,
+        Sampling seeds derive from the global step and the config seed, the data iterators from the config seed,
         so a resumed run draws the same prompts and samples as an uninterrupted one.
         """
         state = read_state(ckpt)

@@ -23,20 +23,33 @@ def _fake_run(run_dir: Path) -> None:
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def _fake_study(study_dir: Path) -> None:
+    study_dir.mkdir()
+    curves = {arm: {str(seed): {"parallel/first_pos": [[s, shift + 0.01 * s * seed] for s in range(5)],
+                                "eval/acc": [[0, 0.5], [5, 0.5 + shift]]} for seed in (0, 1)}
+              for arm, shift in (("accuracy", 0.1), ("parallel_acc", 0.0))}
+    (study_dir / "results.json").write_text(json.dumps({"study": "drift", "question": "q?", "rl_steps": 5,
+                                                        "curves": curves}))
+
+
 def test_notebook_executes_and_plots(tmp_path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     _fake_run(tmp_path)
+    _fake_study(tmp_path / "drift")
     nb = nbformat.read(ROOT / "notebooks" / "training_dynamics.ipynb", as_version=4)
     os.environ["PARALLAX_RUN_DIR"] = str(tmp_path)
+    os.environ["PARALLAX_STUDY_DIRS"] = str(tmp_path / "drift")
     try:
         nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
                                 resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
     finally:
-        del os.environ["PARALLAX_RUN_DIR"]
+        del os.environ["PARALLAX_RUN_DIR"], os.environ["PARALLAX_STUDY_DIRS"]
     assert (tmp_path / "dynamics.png").stat().st_size > 10_000
+    assert (tmp_path / "drift" / "notebook.png").stat().st_size > 10_000
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "13 logged steps" in text and "step    4: stage 1 reward accuracy" in text
+    assert "drift: 2 arms x 2 seeds, 5 RL steps" in text
 
 
 def test_plot_run_writes_summary_png(tmp_path):

@@ -370,6 +370,9 @@ class TrainerConfig:
     prompts_per_step: int = 16
     # Evaluate held-out accuracy after each stage on data.n_test problems.
     eval_after_stage: bool = True
+    # ... and before the first step (the table's "init" row). Off when the starting model was just
+    # evaluated elsewhere (a study's RL arms all start from one SFT checkpoint).
+    eval_init: bool = True
     # Samples per held-out problem at the rollout temperature: eval/acc is mean@k (the papers'
     # protocol: Mean@16 at T=1.0), eval/pass@k their pass@k. 0: greedy only.
     eval_samples: int = 8

@@ -137,7 +137,8 @@ class Trainer:
 
     # ---- the loop ------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
-        if self.cfg.trainer.eval_after_stage and self.curriculum.global_step == 0:
+        tcfg = self.cfg.trainer
+        if tcfg.eval_after_stage and tcfg.eval_init and self.curriculum.global_step == 0:
             self.stage_table.append({"stage": "init", **{k: v for k, v in self.evaluate().items()
                                                          if in_table(k)}})
         while not self.curriculum.done:

@@ -1,8 +1,8 @@
 """A study's report from its runs on disk: curves per arm and seed, a table, a plot.
 
 Reads ``<out>/<arm>/seed_<s>/metrics.jsonl`` (every step's training-batch metrics, and the
-held-out ones every ``trainer.eval_every`` steps) and ``summary.json`` (the held-out evaluation
-before the first RL step, "init").  Writes ``results.json`` (every curve), ``results.md`` (the
+held-out ones every ``trainer.eval_every`` steps) and the held-out evaluation of the starting model
+(the job's "init" row, or the SFT run's last one).  Writes ``results.json`` (every curve), ``results.md`` (the
 table) and ``summary.png`` (the curves: thin lines per seed, a thick line per arm's seed mean).
 """
 
@@ -26,14 +26,19 @@ def _rows(job: Path) -> list[dict]:
 
 
 def _init_eval(job: Path) -> dict:
-    path = job / "summary.json"
-    stages = json.loads(path.read_text()).get("stages", []) if path.exists() else []
-    return next((s for s in stages if s.get("stage") == "init"), {})
+    """The held-out evaluation of the job's starting model: its own "init" row, or else the SFT run's
+    last evaluation (``<study>/sft/summary.json``: the same weights and sampling stream)."""
+    for path, pick in ((job / "summary.json", "init"), (job.parents[1] / "sft" / "summary.json", None)):
+        stages = json.loads(path.read_text()).get("stages", []) if path.exists() else []
+        found = [s for s in stages if pick is None or s.get("stage") == pick]
+        if found:
+            return found[-1]
+    return {}
 
 
 def arm_curves(job: Path, study: Study) -> dict[str, list[tuple[int, float]]]:
     """``{metric: [(step, value), ...]}`` of one job: training metrics at each step, held-out ones
-    at each evaluation (step 0: before the first RL step)."""
+    at each evaluation (step 0: the starting model, before the first RL step)."""
     rows, init = _rows(job), _init_eval(job)
     out: dict[str, list[tuple[int, float]]] = {}
     for key in study.curves:
@@ -138,7 +143,7 @@ def write_report(out: Path, study: Study, times: dict | None = None) -> dict:
     out = Path(out)
     curves = load_study(out, study)
     table = summarise(curves, study)
-    results = {"study": study.name, "question": study.question, "data": list(study.data), "sft_steps": study.sft_steps,
+    results = {"study": study.name, "question": study.question, "shared": list(study.shared), "sft_steps": study.sft_steps,
                "rl_steps": study.rl_steps, "table": table, "times_s": times or {},
                "curves": {a: {str(s): c for s, c in seeds.items()} for a, seeds in curves.items()}}
     (out / "results.json").write_text(json.dumps(results, indent=1))

@@ -28,7 +28,7 @@ class StudyError(RuntimeError):
 
 def sft_command(study: Study, out: Path, extra: Sequence[str] = ()) -> list[str]:
     """The SFT job: the default curriculum's SFT stage only, on the study's data."""
-    return [sys.executable, "-m", "orchestrator", f"hydra.run.dir={out / 'sft'}", *study.data, *QUIET,
+    return [sys.executable, "-m", "orchestrator", f"hydra.run.dir={out / 'sft'}", *study.shared, *study.common, *QUIET,
             f"curriculum.stages.sft.steps={study.sft_steps}", "curriculum.stages.easy_rl.steps=0",
             "curriculum.stages.acc_rl.steps=0", *extra]
 
@@ -46,7 +46,7 @@ def arm_command(study: Study, arm: Arm, out: Path, model: Path, seeds: Sequence[
     fill = {"model": str(model), "steps": study.rl_steps, "switch": study.switch, "eval_every": study.eval_every}
     overrides = [_fill(o, fill) for o in (*study.rl, *arm.overrides)]
     return [sys.executable, "-m", "orchestrator", "-m", f"hydra.sweep.dir={out / arm.name}", "hydra.sweep.subdir=seed_${trainer.seed}",
-            *study.data, *QUIET, *overrides, "trainer.seed=" + ",".join(map(str, seeds)), *extra]
+            *study.shared, *study.common, *QUIET, *overrides, "trainer.seed=" + ",".join(map(str, seeds)), *extra]
 
 
 def _fill(template: str, values: dict) -> str:
@@ -83,7 +83,7 @@ def run_study(study: Study, out: Path, seeds: Sequence[int], reuse_sft: bool = F
     except StudyError:
         model = None
     if model is None:
-        say(f"[{study.name}] SFT: {study.sft_steps} steps ({' '.join(study.data)})")
+        say(f"[{study.name}] SFT: {study.sft_steps} steps ({' '.join(study.shared)})")
         times["sft"] = _run(sft_command(study, out, extra), out / "sft.log", f"{study.name}: the SFT job", timeout_s)
         model = sft_model(out)
     for arm in study.arms:

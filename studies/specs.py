@@ -27,17 +27,19 @@ class Study:
 
     name: str
     question: str
-    data: tuple[str, ...]  # data overrides shared by the SFT run and every arm
+    shared: tuple[str, ...]  # overrides shared by the SFT run and every arm: the data, the generation length
     arms: tuple[Arm, ...]
     sft_steps: int = 600
     rl_steps: int = 30
     switch: int = 0  # the scaffold's S2 steps
-    eval_every: int = 10
+    eval_every: int = 10  # 0: held-out evaluation before the first RL step and after the last only
     seeds: tuple[int, ...] = (0, 1, 2)
+    # Every job (SFT and RL): held-out mean@4 (no greedy pass), no evaluation before the first step: the
+    # SFT job's final evaluation is every arm's start (the same weights, the same sampling stream).
+    common: tuple[str, ...] = ("trainer.eval_samples=4", "trainer.eval_greedy=false", "trainer.eval_init=false")
     # RL overrides shared by every arm: from the SFT model, no SFT, smaller batches than the default
-    # run (8 prompts x 8 samples) so that arms x seeds fit the budget, held-out mean@4 every eval_every.
-    rl: tuple[str, ...] = ("model.path={model}", "trainer.prompts_per_step=8", "trainer.eval_every={eval_every}",
-                           "trainer.eval_samples=4", "trainer.eval_greedy=false")
+    # run (8 prompts x 8 samples) so that arms x seeds fit the budget, held-out evaluation every eval_every.
+    rl: tuple[str, ...] = ("model.path={model}", "trainer.prompts_per_step=8", "trainer.eval_every={eval_every}")
     # Per-step training-batch metrics and held-out metrics the report draws as curves.
     curves: tuple[str, ...] = ("parallel/first_pos", "parallel/ratio", "reward/acc")
     eval_curves: tuple[str, ...] = ("eval/acc", "eval/parallel/ratio", "eval/parallel/first_pos")
@@ -55,8 +57,12 @@ STUDIES: dict[str, Study] = {
     "drift": Study(
         name="drift",
         question="Does the first-<Parallel> position move later under accuracy-only RL (Parallel-R1 Figure 3)?",
-        # A third of the teacher's traces fork first, a third mid-solution, a third after a serial solution.
-        data=("data.teacher_verify=0.33", "data.teacher_midfork=0.33"),
+        # A third of the teacher's traces fork first, a third mid-solution, a third after a serial solution;
+        # a verifying trace is ~65 tokens (up to 79): room to write it whole.
+        shared=("data.teacher_verify=0.33", "data.teacher_midfork=0.33", "rollout.max_new_tokens=96", "data.n_test=64"),
+        sft_steps=250,
+        rl_steps=20,
+        eval_every=0,
         arms=(
             Arm("accuracy", _TOY_RL + ("curriculum.stages.acc_rl.reward=accuracy",)),
             Arm("parallel_acc", _TOY_RL + ("curriculum.stages.acc_rl.reward=parallel_acc",)),
@@ -66,7 +72,7 @@ STUDIES: dict[str, Study] = {
         name="scaffold",
         question="Does S2 for the first steps, then accuracy only, beat S1 and S2 throughout?",
         # Half the teacher's traces are serial: #Parallel starts near 0.5 and can move either way.
-        data=("data.teacher_serial=0.5",),
+        shared=("data.teacher_serial=0.5",),
         rl_steps=30,
         switch=20,  # two S2 windows (8 accuracy + 2 tiered steps each), then accuracy: the paper's 200 of 300
         arms=(
@@ -79,7 +85,7 @@ STUDIES: dict[str, Study] = {
         name="branch",
         question="Does a reward per branch make RL improve the arithmetic inside the branches?",
         # A perfect teacher on a space too large to memorise: what is left to learn is arithmetic.
-        data=("data.teacher_no_answer=0", "data.difficulty=[1,2]", "data.n_train=20000"),
+        shared=("data.teacher_no_answer=0", "data.difficulty=[1,2]", "data.n_train=20000"),
         arms=(
             Arm("accuracy", _TOY_RL + ("curriculum.stages.acc_rl.reward=accuracy",)),
             Arm("branch_acc", _TOY_RL + ("curriculum.stages.acc_rl.reward=branch_acc",)),

@@ -3,6 +3,10 @@
 Every job is a real ``python -m orchestrator`` process (its output goes to ``<dir>/*.log``); a job
 that fails stops the study with the log's tail, naming the job.  A finished SFT run is reused
 when its checkpoint is there (``--reuse-sft``), so a report can be re-run without redoing SFT.
+
+With ``parallel`` > 1 the arms' sweeps run at once (up to ``parallel``), every job attached to one
+Ray cluster this process starts, each job's rollout and learner on one torch thread: on a 2-core
+machine two jobs then share the cores instead of each idling one while it waits on the other phase.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from studies.specs import Arm, Study
@@ -73,9 +78,27 @@ def _run(cmd: list[str], log: Path, what: str, timeout_s: float) -> float:
     return time.monotonic() - t0
 
 
+# Each job's share of the study's cluster (its placement group asks for less: rollout, learner, reward).
+CPUS_PER_JOB = 4
+# Jobs that share the cores: one torch thread per actor (two threads each would oversubscribe).
+SHARED_CORES = ("rollout.torch_threads=1", "learner.torch_threads=1")
+
+
+def _shared_cluster(parallel: int) -> str:
+    """Start the Ray cluster the arms' jobs attach to (it lives as long as this process); its address."""
+    import ray
+
+    from contract.config import ClusterConfig
+    from orchestrator.setup import start_cluster
+
+    start_cluster(ClusterConfig(num_cpus=CPUS_PER_JOB * parallel, include_dashboard=False))
+    return ray.get_runtime_context().gcs_address
+
+
 def run_study(study: Study, out: Path, seeds: Sequence[int], reuse_sft: bool = False, extra: Sequence[str] = (),
-              timeout_s: float = 3600, say=print) -> dict[str, float]:
-    """Run the SFT job (unless ``reuse_sft`` and it is there) and every arm; the seconds each took."""
+              timeout_s: float = 3600, say=print, parallel: int = 1) -> dict[str, float]:
+    """Run the SFT job (unless ``reuse_sft`` and it is there) and every arm, ``parallel`` arms at a time;
+    the seconds each took (``arms``: the wall time of all of them)."""
     out = Path(out)
     times: dict[str, float] = {}
     try:
@@ -86,8 +109,17 @@ def run_study(study: Study, out: Path, seeds: Sequence[int], reuse_sft: bool = F
         say(f"[{study.name}] SFT: {study.sft_steps} steps ({' '.join(study.shared)})")
         times["sft"] = _run(sft_command(study, out, extra), out / "sft.log", f"{study.name}: the SFT job", timeout_s)
         model = sft_model(out)
-    for arm in study.arms:
+    parallel = max(1, min(parallel, len(study.arms)))
+    shared = (f"cluster.address={_shared_cluster(parallel)}", *SHARED_CORES) if parallel > 1 else ()
+
+    def arm_job(arm: Arm) -> float:
         say(f"[{study.name}] arm {arm.name}: {study.rl_steps} RL steps x seeds {list(seeds)}")
-        times[arm.name] = _run(arm_command(study, arm, out, model, seeds, extra), out / f"{arm.name}.log",
-                               f"{study.name}: arm {arm.name}", timeout_s)
+        return _run(arm_command(study, arm, out, model, seeds, (*shared, *extra)), out / f"{arm.name}.log",
+                    f"{study.name}: arm {arm.name}", timeout_s)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        for arm, took in zip(study.arms, pool.map(arm_job, study.arms)):
+            times[arm.name] = took
+    times["arms"] = time.monotonic() - t0
     return times

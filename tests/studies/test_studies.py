@@ -73,9 +73,9 @@ def test_a_missing_arm_is_named(tmp_path):
 
 @pytest.mark.slow
 def test_a_tiny_scaffold_study_runs_end_to_end(tmp_path):
-    """The real command at a tiny size: SFT, the three arms (one seed), the report."""
+    """The real command at a tiny size: SFT, the three arms at once on one shared cluster (one seed), the report."""
     cmd = [sys.executable, "-m", "studies", "scaffold", "--out", str(tmp_path), "--sft-steps", "4", "--rl-steps", "3",
-           "--switch", "2", "--seeds", "1", "--eval-every", "2", "--", "data.n_test=4", "data.n_train=128",
+           "--switch", "2", "--seeds", "1", "--eval-every", "2", "--parallel", "3", "--", "data.n_test=4", "data.n_train=128",
            "trainer.sft_batch_size=8", "trainer.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=24",
            "trainer.eval_samples=1", "logging.ray_metrics=false"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
@@ -93,3 +93,27 @@ def test_a_tiny_scaffold_study_runs_end_to_end(tmp_path):
         assert ([c["reward"] for c in first["cycle"]] == ["accuracy"]) if arm == "S1" else \
             (first["steps"] == {"S2": 3, "scaffold": 2}[arm] and [c["reward"] for c in first["cycle"]] == ["accuracy", "tiered"])
     assert "| S1 |" in out.stdout and (tmp_path / "scaffold" / "summary.png").exists()
+
+
+@pytest.mark.parametrize("name", sorted(STUDIES))
+def test_every_job_of_every_study_is_a_valid_config(name, tmp_path):
+    """The SFT job's and each arm's overrides compose and pass the config check (one seed each)."""
+    from hydra import compose, initialize_config_dir
+
+    from contract.config import register_configs, validate
+
+    study = STUDIES[name]
+    register_configs()
+    jobs = {"sft": sft_command(study, tmp_path)[3:]}
+    for arm in study.arms:
+        cmd = arm_command(study, arm, tmp_path, tmp_path, [0])
+        jobs[arm.name] = [o for o in cmd[4:] if not o.startswith("hydra.")]
+    model = tmp_path  # a directory: model.path is checked to exist
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        for job, overrides in jobs.items():
+            typed = validate(compose("config", overrides=[*overrides, f"run_dir={tmp_path / job}"]))
+            assert typed.trainer.eval_init is False, job
+            if job != "sft":
+                assert str(typed.model.path) == str(model) and typed.trainer.prompts_per_step == 8, job
+                rl = [s for s in typed.curriculum.stages.values() if s.kind == "rl" and s.steps]
+                assert [s.steps for s in rl] == [study.rl_steps], job

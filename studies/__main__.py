@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rl-steps", type=int, help="RL steps per arm (default: the study's)")
     ap.add_argument("--switch", type=int, help="the scaffold's S2 steps (default: the study's)")
     ap.add_argument("--eval-every", type=int, help="held-out evaluation every N RL steps (default: the study's)")
-    ap.add_argument("--parallel", type=int, default=2,
-                    help="arms run at once on one shared Ray cluster (default 2; 1: one after another)")
+    ap.add_argument("--parallel", type=int, default=0,
+                    help="arms run at once on one shared Ray cluster (default 0: every arm; 1: one after another)")
     ap.add_argument("--reuse-sft", action="store_true", help="reuse the SFT checkpoint already in the output directory")
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         times = run_study(study, out, study.seeds, reuse_sft=args.reuse_sft, extra=overrides,
-                           parallel=args.parallel)
+                           parallel=args.parallel or len(study.arms))
         write_report(out, study, times)
     except (StudyError, FileNotFoundError) as e:
         print(f"studies: {e}", file=sys.stderr)

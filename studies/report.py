@@ -92,18 +92,26 @@ def summarise(curves: dict[str, dict[int, dict]], study: Study) -> list[dict]:
     return table
 
 
-def _cell(entry: dict) -> str:
-    if entry["mean"] is None:
-        return "-"
-    seeds = ", ".join(f"{v:.2f}" for v in entry["per_seed"].values())
-    return f"**{entry['mean']:.3f}** ({seeds})"
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _seeds(entry: dict) -> str:
+    return "/".join(f"{v:.2f}" for v in entry["per_seed"].values())
 
 
 def to_markdown(table: list[dict], study: Study) -> str:
-    """The report's table: one row per arm, one column per number (mean over seeds, then each seed)."""
-    cols = [c for c in table[0] if ":" in c]
-    lines = [f"{study.question}", "", "| arm | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-    lines += [f"| {r['arm']} | " + " | ".join(_cell(r[c]) for c in cols) + " |" for r in table]
+    """The report's table, one row per arm, means over seeds (each seed's end value in brackets):
+    held-out metrics as start -> final (peak), training-batch ones as the first 5 steps -> the last 5."""
+    head = [f"{k} (held-out): start -> final (peak)" for k in study.eval_curves]
+    head += [f"{k} (training batch): first 5 steps -> last 5" for k in study.curves]
+    lines = [study.question, "", "| arm | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+    for r in table:
+        cells = [f"{_num(r[k + ':start']['mean'])} -> **{_num(r[k + ':final']['mean'])}** ({_num(r[k + ':peak']['mean'])}) "
+                 f"[{_seeds(r[k + ':final'])}]" for k in study.eval_curves]
+        cells += [f"{_num(r[k + ':first5']['mean'])} -> **{_num(r[k + ':last5']['mean'])}** [{_seeds(r[k + ':last5'])}]"
+                  for k in study.curves]
+        lines.append(f"| {r['arm']} (seeds {', '.join(map(str, r['seeds']))}) | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -72,7 +72,8 @@ STUDIES: dict[str, Study] = {
         name="scaffold",
         question="Does S2 for the first steps, then accuracy only, beat S1 and S2 throughout?",
         # Half the teacher's traces are serial: #Parallel starts near 0.5 and can move either way.
-        shared=("data.teacher_serial=0.5",),
+        shared=("data.teacher_serial=0.5", "data.n_test=64"),
+        sft_steps=300,
         rl_steps=30,
         switch=20,  # two S2 windows (8 accuracy + 2 tiered steps each), then accuracy: the paper's 200 of 300
         arms=(
@@ -85,7 +86,10 @@ STUDIES: dict[str, Study] = {
         name="branch",
         question="Does a reward per branch make RL improve the arithmetic inside the branches?",
         # A perfect teacher on a space too large to memorise: what is left to learn is arithmetic.
-        shared=("data.teacher_no_answer=0", "data.difficulty=[1,2]", "data.n_train=20000"),
+        shared=("data.teacher_no_answer=0", "data.difficulty=[1,2]", "data.n_train=20000", "data.n_test=64",
+                "rollout.max_new_tokens=96"),
+        sft_steps=300,
+        rl_steps=20,
         arms=(
             Arm("accuracy", _TOY_RL + ("curriculum.stages.acc_rl.reward=accuracy",)),
             Arm("branch_acc", _TOY_RL + ("curriculum.stages.acc_rl.reward=branch_acc",)),

@@ -61,8 +61,9 @@ def test_the_report_takes_start_peak_final_and_edge_means_by_hand(tmp_path):
     assert row["parallel/first_pos:first5"]["per_seed"] == {0: pytest.approx(0.0), 1: pytest.approx(0.1)}
     assert row["parallel/first_pos:last5"]["mean"] == pytest.approx((0.2 + 0.1) / 2)
     assert results["table"][1]["parallel/first_pos:last5"]["mean"] is None  # no forking sample: no position
-    assert "| accuracy | **0.500** (0.50, 0.50)" in to_markdown(summarise(
-        {"accuracy": {s: c for s, c in ((int(k), v) for k, v in results["curves"]["accuracy"].items())}}, study), study)
+    md = to_markdown(summarise({"accuracy": {int(k): v for k, v in results["curves"]["accuracy"].items()}}, study), study)
+    # eval/acc: start 0.5 -> final (0.6 + 0.8) / 2, peak (0.7 + 0.8) / 2, each seed's final
+    assert "| accuracy (seeds 0, 1) | 0.500 -> **0.700** (0.750) [0.60/0.80] |" in md, md
     assert (tmp_path / "summary.png").stat().st_size > 10_000 and (tmp_path / "results.md").exists()
 
 

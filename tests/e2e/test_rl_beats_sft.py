@@ -43,8 +43,10 @@ def stages(tmp_path_factory, request):
     if request.param == "vllm":
         pytest.importorskip("vllm")  # a failure instead under PARALLAX_REQUIRE_VLLM (tests/conftest.py)
     run_dir = tmp_path_factory.mktemp(f"rl_gain_{request.param}")
+    # No evaluation of the untrained model (trainer.eval_init=false): nothing below reads it, and on the
+    # vLLM tier it is minutes of CI.
     cmd = [sys.executable, "-m", "orchestrator", f"curriculum.stages.sft.steps={SFT_STEPS}", "trainer.seed=0",
-           f"hydra.run.dir={run_dir}", "logging.progress_bar=false", *ENGINES[request.param]]
+           f"hydra.run.dir={run_dir}", "logging.progress_bar=false", "trainer.eval_init=false", *ENGINES[request.param]]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -52,7 +54,7 @@ def stages(tmp_path_factory, request):
 
 
 def test_stages_are_the_default_curriculum(stages):
-    assert list(stages) == ["init", "sft", "easy_rl", "acc_rl"]
+    assert list(stages) == ["sft", "easy_rl", "acc_rl"]
 
 
 def test_sft_copies_the_forgetful_teacher(stages):

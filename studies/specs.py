@@ -57,9 +57,12 @@ STUDIES: dict[str, Study] = {
     "drift": Study(
         name="drift",
         question="Does the first-<Parallel> position move later under accuracy-only RL (Parallel-R1 Figure 3)?",
-        # A third of the teacher's traces fork first, a third mid-solution, a third after a serial solution;
-        # a verifying trace is ~65 tokens (up to 79): room to write it whole.
-        shared=("data.teacher_verify=0.33", "data.teacher_midfork=0.33", "rollout.max_new_tokens=96", "data.n_test=64"),
+        # A quarter of the teacher's traces are serial, a quarter fork first, a quarter mid-solution, a quarter
+        # after a serial solution. The serial ones matter: when every sample forks, R_parallel x R_acc (1/0) and
+        # accuracy (+1/-1) give the same group-normalised advantages, and the two arms cannot differ.
+        # A verifying trace is ~65 tokens (up to 79): room to write it whole.
+        shared=("data.teacher_serial=0.25", "data.teacher_verify=0.33", "data.teacher_midfork=0.33",
+                "rollout.max_new_tokens=96", "data.n_test=64"),
         sft_steps=250,
         rl_steps=20,
         eval_every=0,

@@ -93,7 +93,7 @@ def test_a_tiny_scaffold_study_runs_end_to_end(tmp_path):
         first = schedule[0]
         assert ([c["reward"] for c in first["cycle"]] == ["accuracy"]) if arm == "S1" else \
             (first["steps"] == {"S2": 3, "scaffold": 2}[arm] and [c["reward"] for c in first["cycle"]] == ["accuracy", "tiered"])
-    assert "| S1 |" in out.stdout and (tmp_path / "scaffold" / "summary.png").exists()
+    assert "| S1 (seeds 1) |" in out.stdout and (tmp_path / "scaffold" / "summary.png").exists()
 
 
 @pytest.mark.parametrize("name", sorted(STUDIES))

@@ -53,8 +53,32 @@ def _wait(refs: dict[str, list[ray.ObjectRef]], timeout_s: float, what: str) -> 
         except Exception as e:
             if is_loss(e):
                 raise ActorLost(*who[ready[0]], f"during the weight sync ({what}): {summary(e)}") from None
+            # A member killed mid-broadcast breaks the collective on every live one ("Connection closed
+            # by peer"), and that error can arrive before Ray reports the death: name the lost member.
+            lost = _first_loss(pending, who, min(LOSS_GRACE_S, max(0.0, deadline - time.monotonic())), what)
+            if lost is not None:
+                raise lost from e
             raise
     return {name: ray.get(rs) for name, rs in refs.items()}
+
+
+# How long a failed collective waits for a peer's death to be reported before its own error stands.
+LOSS_GRACE_S = 15.0
+
+
+def _first_loss(pending: list, who: dict, grace_s: float, what: str) -> ActorLost | None:
+    """The first of `pending` whose actor died within `grace_s`, as ActorLost; None if none did."""
+    deadline = time.monotonic() + grace_s
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return None
+        try:
+            ray.get(ready[0])
+        except Exception as e:  # noqa: BLE001 -- only a loss matters here; the caller re-raises the first error
+            if is_loss(e):
+                return ActorLost(*who[ready[0]], f"during the weight sync ({what}): {summary(e)}")
+    return None
 
 
 class ObjectStoreSync:

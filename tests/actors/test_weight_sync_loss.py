@@ -1,0 +1,60 @@
+"""A member killed mid-broadcast: the live learner's collective error arrives first, the lost member is named.
+
+Found by `bench/soak.py --rl-steps 60 --kill-every 4`: learner rank 0's `send_weights` failed with gloo's
+"Connection closed by peer" before Ray reported the killed rollout actor, and the run ended instead of
+re-forming the group (a lost rollout member is recovered; any other error ends the run).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from actors import weight_sync
+from actors.faults import ActorLost
+
+pytestmark = pytest.mark.slow
+
+
+def _actors(ray):
+    @ray.remote(num_cpus=0)
+    class Member:
+        def fail_after(self, seconds: float) -> None:
+            time.sleep(seconds)
+            raise RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:2466")
+
+        def block(self, seconds: float) -> int:
+            time.sleep(seconds)
+            return 1
+
+    members = Member.remote(), Member.remote()
+    ray.get([m.block.remote(0) for m in members])  # both running before the clock starts
+    return members
+
+
+def test_a_peer_killed_after_the_learner_failed_is_the_error(ray_cluster):
+    learner, rollout = _actors(ray_cluster)
+    refs = {"learner": [learner.fail_after.remote(0.5)], "rollout_0": [rollout.block.remote(60)]}
+    killer = threading.Timer(1.5, lambda: ray_cluster.kill(rollout, no_restart=True))
+    killer.start()
+    t0 = time.monotonic()
+    with pytest.raises(ActorLost) as got:
+        weight_sync._wait(refs, 60, "broadcast")
+    killer.join()
+    assert (got.value.role, got.value.rank) == ("rollout", 0), got.value
+    assert "Connection closed by peer" in str(got.value.__cause__)  # the learner's own error stays attached
+    assert time.monotonic() - t0 < 15, "the loss should be reported as soon as Ray knows, not after the grace"
+
+
+def test_without_a_loss_the_collective_error_stands_after_the_grace(ray_cluster, monkeypatch):
+    monkeypatch.setattr(weight_sync, "LOSS_GRACE_S", 1.0)
+    learner, rollout = _actors(ray_cluster)
+    refs = {"learner": [learner.fail_after.remote(0.2)], "rollout_0": [rollout.block.remote(30)]}
+    t0 = time.monotonic()
+    with pytest.raises(Exception, match="Connection closed by peer") as got:
+        weight_sync._wait(refs, 60, "broadcast")
+    assert not isinstance(got.value, ActorLost)
+    assert time.monotonic() - t0 < 10  # the grace, not the sync timeout
+    ray_cluster.kill(rollout)

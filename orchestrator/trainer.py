@@ -168,7 +168,7 @@ class Trainer:
             trajs, scored = self._collect(started, stage, t)
             self._start_ahead(stage, step)  # the next steps' samples generate while this one updates
             if self.cfg.trainer.dynamic_sampling:
-                trajs, scored = self._dynamic_sampling(stage, step, started.n, trajs, scored, t)
+                trajs, scored, prompts = self._dynamic_sampling(stage, step, started.n, trajs, scored, t, prompts)
             staleness = [self.weights.version - x.policy_version for x in trajs]
             with t("advantages"):
                 rewards = [r for group in scored.rewards for r in group]
@@ -268,11 +268,13 @@ class Trainer:
         return generation.start(self.groups.rollout, self.weights, prompts, stage.rollout_n or self.cfg.rollout.n,
                                 seed, step, False, self.cfg.cluster.max_restarts, data_key=f"{stage.name}/{batch}")
 
-    def _dynamic_sampling(self, stage: Stage, step: int, n: int, trajs: list[Trajectory], scored, t: Timer):
+    def _dynamic_sampling(self, stage: Stage, step: int, n: int, trajs: list[Trajectory], scored, t: Timer,
+                          prompts: list[Prompt]):
         """DAPO's dynamic sampling (orchestrator/dynamic.py): groups all right or all wrong are filtered
         out and fresh prompts generated, up to `trainer.dynamic_sampling_rounds` more generations, until
         the batch holds as many informative groups as it had groups. Still short, it is topped up with
-        filtered groups (zero advantage: they move nothing), counted as `rollout/dynamic_short`."""
+        filtered groups (zero advantage: they move nothing), counted as `rollout/dynamic_short`.
+        Returns the kept samples, their scores, and every prompt they came from."""
         from orchestrator import dynamic
 
         want, pool = len(trajs) // n, [(trajs, scored, dynamic.informative(scored.correct))]
@@ -283,6 +285,7 @@ class Trainer:
                                      n, 1_000_003 * rounds + step + SEED_STRIDE * self.cfg.trainer.seed, step, False,
                                      self.cfg.cluster.max_restarts)
             more, more_scored = self._collect(extra, stage, t)
+            prompts = prompts + list(extra.prompts)
             pool.append((more, more_scored, dynamic.informative(more_scored.correct)))
         kept = [dynamic.take(tr, sc, n, k) for tr, sc, k in pool]
         filtered = sum(len(sc.correct) - len(k) for _, sc, k in pool)
@@ -295,7 +298,7 @@ class Trainer:
         merged.metrics |= {"rollout/filtered": float(filtered), "rollout/dynamic_rounds": float(rounds),
                            "rollout/dynamic_short": float(short), "rollout/samples": float(len(out)),
                            "reward/mean": float(mean(r for group in merged.rewards for r in group))}
-        return out, merged
+        return out, merged, prompts
 
     def _start_ahead(self, stage: Stage, step: int) -> None:
         """The pipeline (`trainer.max_staleness` = s): keep the generations of the next s steps running

@@ -8,7 +8,6 @@ unknown key is an error at composition time; ``validate`` then builds the datacl
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +18,7 @@ from contract.curriculum import (  # noqa: F401 -- the schemas stay importable f
     SlotConfig,
     StageConfig,
 )
+from contract.data import DataConfig, FormatOptions  # noqa: F401 -- importable from here
 from contract.engine import VLLMConfig, WeightSyncConfig
 from contract.errors import MISSING, ConfigError, _check, _check_reward  # noqa: F401
 from contract.scale import ScaleConfig, apply_scale
@@ -55,88 +55,6 @@ class ModelConfig:
 
             _check(self.package in PACKAGED, "model.package", f"unknown packaged model {self.package!r}; "
                    f"known: {sorted(PACKAGED)}")
-
-
-@dataclass
-class FormatOptions:
-    """The `data.format_options` slice: how the run writes and reads its trajectory format
-    (formats.FormatSpec fields; the defaults follow the public Parallel-R1 / Parason data)."""
-
-    # where teachers, the toy world, prompts, the grammar and the executors write the Parallel-R1
-    # summary: after (right after </Parallel>, the public convention) | inside (before </Parallel>)
-    summary_placement: str = "after"
-    # the placements the parser (rewards, metrics, evaluation) accepts
-    summary_accept: list = field(default_factory=lambda: ["after", "inside"])
-    # read the Parason release's <Outline> entries and <Conclusion>
-    aliases: bool = True
-    # what an untyped <Outline> entry counts as: outline (neither subtask nor trial) | subtask | trial
-    outline_kind: str = "outline"
-
-
-@dataclass
-class DataConfig:
-    # toyworld (synthetic, CPU scale); real datasets come with the data loaders.
-    source: str = "toyworld"
-    family: str = "mixed"
-    # An int (1..7: 1 + d branches), or a list: each problem's difficulty drawn from it.
-    difficulty: Any = 1
-    n_train: int = 2000
-    n_test: int = 128
-    seed: int = 0
-    # Probability that a train problem's teacher trace has a slip in its merge (a wrong answer),
-    # as a model-written cold start has; the reward still checks the true answer.
-    teacher_error: float = 0.0
-    # Probability that a train problem's teacher trace stops before its final "#### answer" line
-    # (a teacher that forgot it): SFT copies the habit, the reward finds no answer there.
-    teacher_no_answer: float = 0.0
-    # Probability that a train problem's teacher trace is serial instead of parallel (a cold start
-    # that forks only sometimes, as Parallel-SFT's 95.6% #Parallel): RL then can move #Parallel.
-    teacher_serial: float = 0.0
-    # Probabilities that a train problem's parallel traces fork late: after the whole serial solution
-    # (a parallel verification), or after its first part (mid-solution); otherwise at the first token.
-    # They give the first-<Parallel> position room to move (Parallel-R1 Figure 3).
-    teacher_verify: float = 0.0
-    teacher_midfork: float = 0.0
-    # Which teacher trace the SFT stage imitates: serial | parallel_r1 | parason.
-    trace: str = "parallel_r1"
-    # Format options (formats.FormatSpec fields; the defaults follow the public projects).
-    format_options: FormatOptions = field(default_factory=lambda: FormatOptions())
-
-    def __post_init__(self) -> None:
-        _check(self.n_train > 0, "data.n_train", "must be positive")
-        _check(self.n_test > 0, "data.n_test", "must be positive")
-        levels = [self.difficulty] if isinstance(self.difficulty, int) else list(self.difficulty or [])
-        _check(bool(levels) and all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= 7 for d in levels),
-               "data.difficulty", f"must be an int in 1..7 or a non-empty list of them, got {self.difficulty!r}")
-        for key in ("teacher_error", "teacher_no_answer", "teacher_serial", "teacher_verify", "teacher_midfork"):
-            p = getattr(self, key)
-            _check(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p < 1, f"data.{key}",
-                   f"must be in [0, 1), got {p!r}")
-        _check(self.teacher_verify + self.teacher_midfork <= 1, "data.teacher_verify",
-               f"teacher_verify + teacher_midfork must be at most 1, got {self.teacher_verify} + {self.teacher_midfork}")
-        _check(self.trace in ("serial", "parallel_r1", "parason"), "data.trace", f"unknown trace {self.trace!r}")
-        try:
-            self.spec  # noqa: B018 -- unknown option or bad value: fail at config time
-        except ValueError as e:
-            raise ValueError(f"data.format_options: {e}") from None
-
-    @property
-    def spec(self):
-        """The run's :class:`formats.FormatSpec`: :attr:`format` with :attr:`format_options`."""
-        from formats.spec import FORMAT_OPTIONS, get_spec, parse_options
-
-        opts = self.format_options
-        if isinstance(opts, dict):  # built in code: DataConfig(format_options={...})
-            bad = sorted(set(opts) - set(FORMAT_OPTIONS))
-            if bad:
-                raise ValueError(f"unknown option(s) {bad}; valid: {list(FORMAT_OPTIONS)}")
-            opts = FormatOptions(**opts)
-        return get_spec(self.format, **parse_options(dataclasses.asdict(opts)))
-
-    @property
-    def format(self) -> str:
-        """The trajectory format the run writes and parses: Parason for Parason traces, else Parallel-R1."""
-        return "parason" if self.trace == "parason" else "parallel_r1"
 
 
 @dataclass

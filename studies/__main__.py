@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.path)
         study = STUDIES[json.loads((out / "results.json").read_text())["study"]] if (out / "results.json").exists() \
             else STUDIES[out.name]
-        print((out / "results.md").read_text() if write_report(out, study) else "")
+        write_report(out, study)
+        print((out / "results.md").read_text())
         return 0
     study = STUDIES[args.name]
     changes = {k: v for k, v in (("sft_steps", args.sft_steps), ("rl_steps", args.rl_steps), ("switch", args.switch),

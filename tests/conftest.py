@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -11,10 +12,22 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+# The tiers, chosen here and nowhere else. PARALLAX_TIER=vllm keeps only the `vllm`-marked tests (and
+# a missing vLLM is then an error: the tier must run, never skip); PARALLAX_TIER=rest keeps everything
+# else. Unset, every test is collected (the vLLM ones skip where vLLM is not installed). The tier is
+# applied on top of any `-m` expression the user gives, never instead of it: the two compose.
+TIERS = ("vllm", "rest")
+
+
+def _tier() -> str | None:
+    tier = os.environ.get("PARALLAX_TIER") or None
+    if tier not in (None, *TIERS):
+        raise pytest.UsageError(f"PARALLAX_TIER={tier!r}: expected one of {', '.join(TIERS)} (or unset)")
+    return tier
+
+
 def pytest_configure(config):
-    """Under PARALLAX_REQUIRE_VLLM=1 (CI, the README's vLLM command) a missing vLLM is an error:
-    the vLLM tier must run, never skip."""
-    if os.environ.get("PARALLAX_REQUIRE_VLLM"):
+    if _tier() == "vllm" or os.environ.get("PARALLAX_REQUIRE_VLLM"):
         import vllm  # noqa: F401
 
 
@@ -52,8 +65,25 @@ def ray_cluster():
     ray.shutdown()
 
 
+@pytest.fixture(autouse=True)
+def _cluster_left_running(request):
+    """A test never ends the session's cluster: the tests after it would start a default one unseen."""
+    running = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+    yield
+    if running and not sys.modules["ray"].is_initialized():
+        pytest.fail(f"{request.node.nodeid} shut down the session's Ray cluster")
+
+
 def pytest_collection_modifyitems(config, items):
-    """`gpu`-marked tests run only where CUDA is available (the device machine)."""
+    """The tier's tests only (PARALLAX_TIER, above); `gpu`-marked tests run only where CUDA is available
+    (the device machine)."""
+    tier = _tier()
+    if tier is not None:
+        keep = [it for it in items if ("vllm" in it.keywords) == (tier == "vllm")]
+        dropped = [it for it in items if ("vllm" in it.keywords) != (tier == "vllm")]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
     try:
         import torch
 
@@ -66,3 +96,36 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def refused(monkeypatch, capsys, tmp_path):
+    """`refused(*overrides)`: `python -m orchestrator OVERRIDES`, run in this process, must exit 2 before
+    any Ray start; returns its stderr. One subprocess per kind of refusal stays in the suite (exit code
+    and stream as a user sees them: tests/e2e/test_cli.py); the rest are checked here, in seconds."""
+    import runpy
+
+    import ray
+
+    import orchestrator.trainer
+
+    def no_ray(*_a, **_k):
+        raise AssertionError("a Ray cluster was started or joined before the refusal")
+
+    monkeypatch.setattr(ray, "init", no_ray)
+    monkeypatch.setattr(orchestrator.trainer, "start_cluster", no_ray)
+
+    def run(*overrides: str) -> str:
+        if not any(o.startswith("hydra.run.dir=") for o in overrides):
+            overrides = (*overrides, f"hydra.run.dir={tmp_path / f'refused_{len(list(tmp_path.iterdir()))}'}")
+        # Hydra's own logging setup stays off in-process: it would take over pytest's root logger.
+        argv = ["orchestrator", *overrides, "hydra/job_logging=none", "hydra/hydra_logging=none"]
+        monkeypatch.setattr(sys, "argv", argv)
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_:
+            runpy.run_module("orchestrator", run_name="__main__")  # as `python -m orchestrator` does
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2, err[-2000:]
+        return err
+
+    return run

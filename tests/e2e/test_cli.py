@@ -168,15 +168,26 @@ def test_a_real_pretrained_model_trains_on_real_data(tmp_path):
     assert [r["stage"] for r in stages] == ["init", "sft", "rl"]  # and before training, in the table
 
 
-@pytest.mark.parametrize("override,message", [
+REFUSALS = [
     # a path that is not a directory is refused with the config, before anything is loaded
     ("model.path=/nonexistent/model", "config error: model.path: no such directory: /nonexistent/model"),
     ("curriculum.stages.rl.data=/nonexistent/prompts.jsonl",
      "setup error: curriculum.stages.rl.data='/nonexistent/prompts.jsonl'"),
     ("curriculum.stages.rl.data=gsm9k", "setup error: curriculum.stages.rl.data='gsm9k': unknown benchmark 'gsm9k'"),
     ("trainer.eval_data=[gsm8k,amc24]", "setup error: trainer.eval_data: 'amc24': unknown benchmark"),
-])
-def test_a_missing_model_or_dataset_is_a_setup_error_before_ray(tmp_path, override, message):
+]
+
+
+@pytest.mark.parametrize("override,message", REFUSALS)
+def test_a_missing_model_or_dataset_is_a_setup_error_before_ray(refused, override, message):
+    err = refused("+experiment=smoke", override)
+    assert "parallax: " + message in err, err[-2000:]
+
+
+def test_a_setup_error_is_exit_2_and_one_line_in_a_real_process(tmp_path):
+    """One setup error as the user meets it (the rest run in-process above; a config error's process:
+    tests/contract/test_config.py): exit code 2, no Ray, no traceback."""
+    override, message = REFUSALS[2]
     cmd = [sys.executable, "-m", "orchestrator", "+experiment=smoke", f"hydra.run.dir={tmp_path}", override]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 2, out.stderr[-2000:]

@@ -73,15 +73,11 @@ def test_torn_last_line_is_redone(gsm, tmp_path):
         assert srv.requests - calls == 1 and stats.problems == 2 and stats.kept == 2
 
 
-@pytest.mark.slow  # Ray start-up: ~10-25 s on 2 shared cores
-def test_ray_sharded_build_matches_serial(gsm, tmp_path):
-    ray = pytest.importorskip("ray")
+def test_ray_sharded_build_matches_serial(ray_cluster, gsm, tmp_path):
+    # On the session's cluster (the builder attaches to a running one): a test never shuts it down.
     with _server(gsm) as srv:
         teacher = HTTPTeacher(srv.url, "canned", retries=0)
-        try:
-            stats = build_parallel_gsm8k(teacher, tmp_path, problems=gsm, shard_size=2, workers=2, progress=False)
-        finally:
-            ray.shutdown()
+        stats = build_parallel_gsm8k(teacher, tmp_path, problems=gsm, shard_size=2, workers=2, progress=False)
     assert (stats.format_valid, stats.kept, stats.correct) == (4, 3, 4)
     assert sorted(r["uid"] for r in read_records(tmp_path / "records.jsonl")) == sorted(p.uid for p in gsm)
 

@@ -158,18 +158,11 @@ def test_auto_fails_when_every_checkpoint_is_damaged(tmp_path):
         find_resume_checkpoint("auto", run, log=lambda s: None)
 
 
-def test_the_cli_refuses_a_damaged_run_before_ray_starts(tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
+def test_the_cli_refuses_a_damaged_run_before_ray_starts(refused, tmp_path):
     run = _run(tmp_path, steps=(2,))
     (run / "checkpoints" / "step_000002" / "model" / "model.safetensors").write_bytes(b"\x00")
-    p = subprocess.run([sys.executable, "-m", "orchestrator", "+experiment=smoke", f"hydra.run.dir={run}",
-                        "resume=auto"], cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
-                       timeout=300, check=False)
-    assert p.returncode == 2, p.stderr[-2000:]
-    assert "setup error: resume=auto: no checkpoint" in p.stderr and "model.safetensors" in p.stderr
+    err = refused("+experiment=smoke", f"hydra.run.dir={run}", "resume=auto")
+    assert "setup error: resume=auto: no checkpoint" in err and "model.safetensors" in err
     assert not (run / "metrics.jsonl").exists()  # nothing ran, nothing written
 
 

@@ -27,7 +27,7 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
 # The vllm run: the same executed branches on a real vLLM engine (the CPU build) in the rollout actor,
 # weights reaching it over the collective group after every update.
 RUNS = {
-    "default": [],
+    "default": None,  # the suite's shared smoke run (tests/e2e/conftest.py), not a run of its own
     "requests": ["rollout.executor.mode=executed", "rollout.executor.dispatch=requests", "learner.layout=structured"],
     "vllm": ["rollout=vllm_cpu", "rollout.executor.mode=executed", "learner.layout=structured"],
 }
@@ -38,6 +38,10 @@ RUNS = {
 def run(tmp_path_factory, request):
     if request.param == "vllm":
         pytest.importorskip("vllm")  # a failure instead under PARALLAX_REQUIRE_VLLM (tests/conftest.py)
+    if RUNS[request.param] is None:
+        smoke = request.getfixturevalue("smoke_run")
+        assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-3000:]
+        return smoke.run_dir, smoke.stdout + smoke.stderr
     run_dir = tmp_path_factory.mktemp(f"e2e_{request.param}")
     cmd = [sys.executable, "-m", "orchestrator", "+experiment=smoke", f"hydra.run.dir={run_dir}",
            "logging.progress_bar=false", *RUNS[request.param]]

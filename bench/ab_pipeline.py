@@ -2,6 +2,8 @@
 
     python bench/ab_pipeline.py --staleness 0 1 2 -- curriculum.stages.sft.steps=400 trainer.seed=0
 
+Its smoke test is tests/e2e/test_pipeline.py's staleness test, which reads the runs it keeps (--out).
+
 Runs `python -m orchestrator` once per staleness with the same overrides (the default experiment:
 the RL-beats-SFT test's run with those two), one after the other, and reads each run's summary.json
 and metrics.jsonl: held-out mean@8, answered share and greedy accuracy after SFT and after the last
@@ -53,9 +55,10 @@ def run(staleness: int, overrides: list[str], run_dir: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--out", type=Path, help="keep each run's directory here (s0, s1, ...); default: a temp dir")
     ap.add_argument("overrides", nargs="*", help="orchestrator overrides, after --")
     args = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="ab_pipeline_"))
+    root = args.out or Path(tempfile.mkdtemp(prefix="ab_pipeline_"))
     load = {"start": os.getloadavg()}
     rows = [run(s, args.overrides, root / f"s{s}") for s in args.staleness]
     load["end"] = os.getloadavg()

@@ -27,7 +27,7 @@ def _tier() -> str | None:
 
 
 def pytest_configure(config):
-    if _tier() == "vllm" or os.environ.get("PARALLAX_REQUIRE_VLLM"):
+    if _tier() == "vllm":
         import vllm  # noqa: F401
 
 
@@ -63,6 +63,15 @@ def ray_cluster():
     start_cluster(ClusterConfig(num_cpus=4, include_dashboard=False))
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def attach(ray_cluster) -> str:
+    """`cluster.address=<the session cluster>`: an end-to-end run given this override joins the session's
+    cluster instead of starting one of its own (~7 s each here, and as long again to stop). Each run is a
+    Ray job of its own, in its own namespace: its actors and placement group go when its driver ends.
+    Runs whose test is about start-up, the dashboard, the network, or a killed driver start their own."""
+    return f"cluster.address={ray_cluster.get_runtime_context().gcs_address}"
 
 
 @pytest.fixture(autouse=True)

@@ -25,6 +25,10 @@ def _run(run: Path, *extra: str) -> dict[int, dict]:
     out = subprocess.run([sys.executable, "-m", "orchestrator", *BASE, *extra, f"hydra.run.dir={run}"], cwd=ROOT,
                          capture_output=True, text=True, timeout=900, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
+    return _metrics(run)
+
+
+def _metrics(run: Path) -> dict[int, dict]:
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     return {r["step"]: r for r in rows if "reward/mean" in r}
 
@@ -33,23 +37,35 @@ def _prompts(run: Path, step: int) -> list[str]:
     return [json.loads(x)["prompt"] for x in (run / "samples" / f"step_{step}.jsonl").read_text().splitlines()]
 
 
-def test_staleness_one_overlaps_and_keeps_the_data_order(tmp_path):
-    sync = _run(tmp_path / "sync")
-    piped = _run(tmp_path / "piped", "trainer.max_staleness=1", "learner.rollout_is=token",
-                 "learner.ppo_mini_batches=2")
+def test_staleness_one_overlaps_and_keeps_the_data_order(tmp_path, attach):
+    """Through bench/ab_pipeline.py (this is its smoke test too): the same runs, synchronous and
+    staleness 1, as the benchmark makes them, then its JSON line and the runs it kept."""
+    base = [o for o in BASE if not o.startswith("trainer.eval_after_stage")]
+    cmd = [sys.executable, str(ROOT / "bench" / "ab_pipeline.py"), "--staleness", "0", "1", "--out", str(tmp_path), "--",
+           *base, attach, "data.n_test=4", "trainer.eval_samples=1", "learner.rollout_is=token", "learner.ppo_mini_batches=2"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    bench = json.loads(out.stdout.strip().splitlines()[-1])
+    assert bench["bench"] == "ab_pipeline" and set(bench["loadavg"]) == {"start", "end"}
+    rows = {r["staleness"]: r for r in bench["rows"]}
+    assert sorted(rows) == [0, 1] and rows[0]["rl_steps"] == rows[1]["rl_steps"] == 4
+    assert rows[0]["staleness_mean"] == 0 and rows[1]["staleness_mean"] == 3 / 4  # steps 2-4 one version behind
+    assert rows[0]["samples_exact"] and rows[1]["samples_exact"] and rows[1]["wall_s"] > 0
+
+    sync, piped = _metrics(tmp_path / "s0"), _metrics(tmp_path / "s1")
     assert sorted(sync) == sorted(piped) == [3, 4, 5, 6]
     assert all(r["actor/staleness"] == 0 for r in sync.values())
     assert piped[3]["actor/staleness"] == 0 and all(piped[s]["actor/staleness"] == 1 for s in (4, 5, 6))
     for key in ("reward/mean", "response/length", "rollout/samples"):  # the first RL step: the same samples
         assert piped[3][key] == sync[3][key], key
     for step in (3, 4, 5, 6):  # the pipeline draws each step's prompts in the synchronous order
-        assert _prompts(tmp_path / "piped", step) == _prompts(tmp_path / "sync", step)
+        assert _prompts(tmp_path / "s1", step) == _prompts(tmp_path / "s0", step)
         assert piped[step]["rollout/samples"] == 8
     assert all(0 < piped[s]["actor/is_ratio"] < 2 for s in piped)  # TIS ran on the learner
 
 
-def test_dynamic_sampling_refills_and_keeps_the_batch_size(tmp_path):
-    rows = _run(tmp_path / "dyn", "curriculum.stages.rl.steps=2", "trainer.dynamic_sampling=true",
+def test_dynamic_sampling_refills_and_keeps_the_batch_size(tmp_path, attach):
+    rows = _run(tmp_path / "dyn", attach, "curriculum.stages.rl.steps=2", "trainer.dynamic_sampling=true",
                 "trainer.dynamic_sampling_rounds=1", "reward.name=accuracy")
     for r in rows.values():
         assert r["rollout/samples"] == 8 and r["rollout/dynamic_rounds"] <= 1

@@ -36,10 +36,21 @@ def _latest_step(run_dir: Path) -> int:
     return int(marker.read_text().strip().split("_")[1]) if marker.exists() else -1
 
 
-def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
-    full = tmp_path / "full"
-    subprocess.run(_cmd(full), cwd=ROOT, check=True, capture_output=True, timeout=900)
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, attach):
+    """One unbroken run, checkpoints copied to a URI as well (trainer.checkpoint_dir, keep 2): the
+    reference the SIGKILLed run must end equal to (a URI changes no metric), and the run whose
+    checkpoints the URI test then loses. Returns its directory and its metrics as they were at the end."""
+    root = tmp_path_factory.mktemp("resume")
+    # on the session's cluster: the SIGKILLed run below starts its own (its driver is the one killed)
+    uri_args = [f"trainer.checkpoint_dir=file://{root}/store/run", "trainer.keep_checkpoints=2", attach]
+    run = root / "run"
+    out = subprocess.run(_cmd(run, *uri_args), cwd=ROOT, check=False, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return run, root / "store" / "run", uri_args, _metrics(run)
 
+
+def test_sigkill_then_resume_matches_uninterrupted(uninterrupted, tmp_path):
     killed = tmp_path / "killed"
     proc = subprocess.Popen(_cmd(killed), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -56,7 +67,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"at step {kill_step}" in out.stdout
 
-    a, b = _metrics(full), _metrics(killed)
+    a, b = uninterrupted[3], _metrics(killed)
     assert sorted(a) == sorted(b) == list(range(10))
     for step in range(kill_step, 10):
         for key in KEYS:
@@ -65,16 +76,11 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
     assert json.loads((killed / "summary.json").read_text())["steps"] == 10
 
 
-def test_checkpoints_at_a_uri_survive_the_loss_of_the_run_directory(tmp_path):
+def test_checkpoints_at_a_uri_survive_the_loss_of_the_run_directory(uninterrupted):
     """trainer.checkpoint_dir=URI: every checkpoint is copied there verified; with the run's own copies
     gone and the newest copy at the URI damaged, resume=auto fetches the one before, verified, and the
     run ends as an unbroken one does."""
-    uri = f"file://{tmp_path}/store/run"
-    args = [f"trainer.checkpoint_dir={uri}", "trainer.keep_checkpoints=2"]
-    run = tmp_path / "run"
-    out = subprocess.run(_cmd(run, *args), cwd=ROOT, check=False, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    store = tmp_path / "store" / "run"
+    run, store, args, unbroken = uninterrupted
     assert sorted(p.name for p in store.glob("step_*")) == ["step_000008", "step_000010"]  # kept 2, there too
     assert (store / "latest").read_text() == "step_000010"
     shutil.rmtree(run / "checkpoints")
@@ -85,4 +91,9 @@ def test_checkpoints_at_a_uri_survive_the_loss_of_the_run_directory(tmp_path):
     assert "passing over step_000010 (fetched from file://" in again.stdout
     assert "step_000008 fetched from file://" in again.stdout and "at step 8" in again.stdout
     assert json.loads((run / "summary.json").read_text())["steps"] == 10
+    resumed = _metrics(run)
+    for step in (8, 9):  # trained again from step_000008: as the unbroken run trained them
+        for key in KEYS:
+            if key in unbroken[step]:
+                assert resumed[step][key] == pytest.approx(unbroken[step][key], rel=1e-5, abs=1e-6), (step, key)
     assert (store / "step_000010" / "model").is_dir()  # the step trained again, uploaded whole

@@ -39,14 +39,14 @@ ENGINES = {"hf": [], "vllm": ["rollout=vllm_cpu"]}
 
 @pytest.fixture(scope="module", params=[pytest.param(k, marks=[pytest.mark.vllm] if k == "vllm" else [])
                                         for k in ENGINES])
-def stages(tmp_path_factory, request):
+def stages(tmp_path_factory, request, attach):
     if request.param == "vllm":
-        pytest.importorskip("vllm")  # a failure instead under PARALLAX_REQUIRE_VLLM (tests/conftest.py)
+        pytest.importorskip("vllm")  # a failure instead under PARALLAX_TIER=vllm (tests/conftest.py)
     run_dir = tmp_path_factory.mktemp(f"rl_gain_{request.param}")
     # No evaluation of the untrained model (trainer.eval_init=false): nothing below reads it, and on the
     # vLLM tier it is minutes of CI.
     cmd = [sys.executable, "-m", "orchestrator", f"curriculum.stages.sft.steps={SFT_STEPS}", "trainer.seed=0",
-           f"hydra.run.dir={run_dir}", "logging.progress_bar=false", "trainer.eval_init=false", *ENGINES[request.param]]
+           f"hydra.run.dir={run_dir}", "logging.progress_bar=false", "trainer.eval_init=false", attach, *ENGINES[request.param]]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -11,7 +11,7 @@ import torch
 
 pytestmark = pytest.mark.vllm
 
-vllm = pytest.importorskip("vllm")  # tests/conftest.py turns this skip into a failure under PARALLAX_REQUIRE_VLLM
+vllm = pytest.importorskip("vllm")  # tests/conftest.py turns this skip into a failure under PARALLAX_TIER=vllm
 
 
 @pytest.fixture(scope="module")

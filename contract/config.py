@@ -426,9 +426,18 @@ class ParallaxConfig:
         for s in self.curriculum.build(self.reward).stages:
             if s.kind != "rl" or not s.steps:
                 continue
-            per_step = (s.batch_size or self.trainer.prompts_per_step) * (s.rollout_n or self.rollout.n)
+            n = s.rollout_n or self.rollout.n
+            per_step = (s.batch_size or self.trainer.prompts_per_step) * n
             _check(per_step % self.learner.num_actors == 0, f"curriculum.stages.{s.name}",
                    f"prompts x samples per step = {per_step} must divide by learner.num_actors")
+            # Settings that would silently change the algorithm are refused, not run.
+            key = f"curriculum.stages.{s.name}.rollout_n" if s.rollout_n else "rollout.n"
+            _check(n >= 2, key, f"{n} sample per prompt: the advantage of a GRPO group of one is its raw reward "
+                   "(a lone sample's mean is taken as 0): REINFORCE with no baseline, not GRPO; use >= 2")
+            per_learner = per_step // self.learner.num_actors
+            _check(self.learner.ppo_mini_batches <= per_learner, "learner.ppo_mini_batches",
+                   f"{self.learner.ppo_mini_batches} mini-batches of stage {s.name}'s {per_learner} trajectories "
+                   "per learner would leave some empty: at most one per trajectory")
 
 
 def register_configs() -> None:

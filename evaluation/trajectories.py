@@ -12,6 +12,9 @@ never silently dropped and never a crash:
   ``outline_kind="outline"``: the executor never writes them, so a model cannot learn them from SFT;
 * ``too_long``: prompt + trajectory (+ EOS) over `max_tokens` (the model's context), in tokens of
   the run's tokenizer; an RL prompt with no room left for `max_tokens` minus its response budget;
+  A row whose characters alone prove it too long (more than `max_tokens` times the longest token
+  string in the vocabulary) is refused before it is parsed or tokenized;
+* ``duplicate_uid``: the row's `uid` (or `index`) is one an earlier row already has (that line named);
 * ``unreadable``: the row itself (bad JSON, not an object).
 
 Fields (dotted paths, `datafiles`): the prompt is `prompt_field` or the first of `PROMPT_FIELDS`; a
@@ -94,6 +97,27 @@ class LoadReport:
         return "\n".join([head, *lines, *more])
 
 
+def max_token_chars(tokenizer) -> int:
+    """The most characters one token of `tokenizer` can stand for: its longest vocabulary string (a
+    byte-level BPE string has one character per byte, and a byte is at most one character of text), so
+    a text of more than `max_tokens * max_token_chars` characters has more than `max_tokens` tokens."""
+    return max((len(t) for t in tokenizer.get_vocab()), default=1) or 1
+
+
+class _Uids:
+    """The explicit uids (`uid`, else `index`) seen so far: a repeat is reported with its first line."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, int] = {}
+
+    def repeat(self, obj: dict, line: int) -> str | None:
+        uid = obj.get("uid", obj.get("index"))
+        if uid is None:
+            return None
+        first = self.first.setdefault(str(uid), line)
+        return None if first == line else f"uid {str(uid)!r} is line {first}'s too"
+
+
 def writable_tree(tree, spec):
     """`tree` as the executor writes it in `spec`: placements cleared, gaps dropped, `<Outline>`
     entries given `spec.outline_kind`, every Parason thread opening with its header (the executor
@@ -156,6 +180,8 @@ def load_trajectories(path: str, spec, trace: str, *, prompt_field: str | None =
     def bad(line: int, code: str, message: str) -> None:
         report.bad.append({"line": line, "code": code, "message": message})
 
+    uids = _Uids()
+    char_limit = max_tokens * max_token_chars(tokenizer) if max_tokens is not None and tokenizer is not None else None
     for row in read_rows(path, keep_empty=False):
         report.rows += 1
         n = row.line
@@ -163,6 +189,9 @@ def load_trajectories(path: str, spec, trace: str, *, prompt_field: str | None =
             bad(n, "unreadable", row.message)
             continue
         obj = row.data
+        if isinstance(obj, dict) and (dup := uids.repeat(obj, n)):
+            bad(n, "duplicate_uid", dup)
+            continue
         try:
             prompt = _prompt(obj, prompt_field, spec, tokenizer)
             tpath = text_field or find_field(obj, SFT_TEXT_FIELDS)
@@ -180,6 +209,11 @@ def load_trajectories(path: str, spec, trace: str, *, prompt_field: str | None =
             continue
         if answer is None or str(answer).strip() == "":
             bad(n, "no_answer", f"no reference answer (fields {ANSWER_FIELDS} or the answer field)")
+            continue
+        if char_limit is not None and len(prompt) + len(text) > char_limit:  # before parsing and tokenizing
+            chars = len(prompt) + len(text)
+            bad(n, "too_long", f"{chars} characters (prompt + trajectory): at least "
+                f"{-(-chars // (char_limit // max_tokens))} tokens > the model's {max_tokens}, unparsed, untokenized")
             continue
         res = parse(text, spec)
         if not res.ok:
@@ -219,6 +253,8 @@ def load_prompts(path: str, spec, *, prompt_field: str | None = None, answer_fie
     spec = resolve_spec(spec)
     report = LoadReport(str(path))
     out: list[FilePrompt] = []
+    uids = _Uids()
+    char_limit = max_tokens * max_token_chars(tokenizer) if max_tokens is not None and tokenizer is not None else None
     for row in read_rows(path, keep_empty=False):
         report.rows += 1
         n = row.line
@@ -226,6 +262,9 @@ def load_prompts(path: str, spec, *, prompt_field: str | None = None, answer_fie
             report.bad.append({"line": n, "code": "unreadable", "message": row.message})
             continue
         obj = row.data
+        if isinstance(obj, dict) and (dup := uids.repeat(obj, n)):
+            report.bad.append({"line": n, "code": "duplicate_uid", "message": dup})
+            continue
         try:
             prompt = _prompt(obj, prompt_field, spec, tokenizer)
             apath = answer_field or find_field(obj, ANSWER_FIELDS)
@@ -238,6 +277,11 @@ def load_prompts(path: str, spec, *, prompt_field: str | None = None, answer_fie
             continue
         if answer is None or str(answer).strip() == "":
             report.bad.append({"line": n, "code": "no_answer", "message": f"no reference answer (fields {ANSWER_FIELDS})"})
+            continue
+        if char_limit is not None and len(prompt) >= char_limit:  # before tokenizing
+            report.bad.append({"line": n, "code": "too_long", "message": f"{len(prompt)} prompt characters: at "
+                               f"least {-(-len(prompt) // (char_limit // max_tokens))} tokens leave no room in "
+                               f"{max_tokens}, untokenized"})
             continue
         if max_tokens is not None and tokenizer is not None:
             length = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])

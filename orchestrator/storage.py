@@ -28,8 +28,14 @@ class Mirror:
     """The checkpoints of one run at an fsspec URI: upload, list, fetch, prune."""
 
     def __init__(self, uri: str):
+        from urllib.parse import urlsplit
+
         import fsspec
 
+        host = urlsplit(uri).netloc
+        if uri.startswith("file:") and host not in ("", "localhost"):  # file://HOST/PATH: never a relative path
+            raise ValueError(f"trainer.checkpoint_dir={uri!r}: ambiguous, {host!r} stands where a file URI's host "
+                             f"goes; an absolute path is file:///PATH, a relative one is given without file://")
         self.uri = uri.rstrip("/")
         try:
             self.fs, self.root = fsspec.core.url_to_fs(self.uri)

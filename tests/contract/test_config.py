@@ -198,3 +198,26 @@ def test_scale_needs_explicit_stages():
 
     with pytest.raises(ConfigError, match="scale: a scaled run needs the curriculum's stages"):
         ParallaxConfig(curriculum=CurriculumConfig(name="sft_then_rl", stages={}), scale=ScaleConfig(max_stage_steps=2))
+
+
+@pytest.mark.parametrize("overrides,key,why", [
+    # GRPO of a group of one: the advantage is the raw reward, REINFORCE with no baseline (measured: the
+    # run trained on rewarded steps only, pg_loss -0.093 at step 21, no warning)
+    (["rollout.n=1"], "rollout.n", "REINFORCE with no baseline"),
+    (["+experiment=paper/parallel_r1_unseen_s2", "curriculum.stages.dapo.rollout_n=1"],
+     "curriculum.stages.dapo.rollout_n", "group of one"),
+    # more PPO mini-batches than trajectories per learner: some would be empty
+    (["learner.ppo_mini_batches=9", "trainer.prompts_per_step=4", "rollout.n=2"], "learner.ppo_mini_batches",
+     "8 trajectories per learner"),
+    (["learner.ppo_mini_batches=5", "trainer.prompts_per_step=4", "rollout.n=2", "learner.num_actors=2"],
+     "learner.ppo_mini_batches", "4 trajectories per learner"),
+])
+def test_a_setting_that_changes_the_algorithm_is_refused(overrides, key, why):
+    with pytest.raises(ConfigError, match=key) as e:
+        validate(_compose(*overrides))
+    assert why in str(e.value)
+
+
+def test_the_smallest_settings_that_keep_the_algorithm_pass():
+    cfg = validate(_compose("rollout.n=2", "learner.ppo_mini_batches=8", "trainer.prompts_per_step=4"))
+    assert (cfg.rollout.n, cfg.learner.ppo_mini_batches) == (2, 8)

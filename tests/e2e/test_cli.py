@@ -167,3 +167,18 @@ def test_a_setup_error_is_exit_2_and_one_line_in_a_real_process(tmp_path):
     assert out.returncode == 2, out.stderr[-2000:]
     assert "parallax: " + message in out.stderr, out.stderr[-2000:]
     assert "Started a local Ray instance" not in out.stdout + out.stderr and "Traceback" not in out.stderr
+
+
+def test_an_unwritable_run_directory_is_a_setup_error(refused, tmp_path):
+    """It was Hydra's traceback (rc 1, "Unable to configure handler 'file'")."""
+    err = refused("+experiment=smoke", "hydra.run.dir=/proc/parallax_run")
+    assert "parallax: setup error: hydra.run.dir=/proc/parallax_run: cannot write in /proc/parallax_run" in err, err
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    if subprocess.run(["chattr", "+i", str(locked)], capture_output=True, check=False).returncode != 0:
+        return  # no chattr here (or a filesystem without the flag): the /proc case stands alone
+    try:
+        err = refused("+experiment=smoke", f"hydra.run.dir={locked}/run")
+        assert f"setup error: hydra.run.dir={locked}/run: cannot write in {locked}/run" in err, err
+    finally:
+        subprocess.run(["chattr", "-i", str(locked)], check=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,66 @@ def test_parason_threads_get_the_header_the_executor_forces(tmp_path):
 
     ids, rec = teacher_record([5], text, "parason", Tok(), mode="sequential")
     assert len(ids) == len(text) + 1 and not all(rec.sampled)  # the forced header is marked unsampled
+
+
+class _Counting:
+    """A tokenizer that records the length of every text it is asked to tokenize."""
+
+    def __init__(self, tok):
+        self.tok, self.texts = tok, []
+
+    def __call__(self, text, **kw):
+        self.texts.append(len(text))
+        return self.tok(text, **kw)
+
+    def get_vocab(self):
+        return self.tok.get_vocab()
+
+
+def test_a_huge_row_is_too_long_before_it_is_parsed_or_tokenized(tmp_path, lm):
+    """A 10 MB line was tokenized in full (10,002,584 tokens, 72 s) before it was refused."""
+    from evaluation.trajectories import load_prompts, max_token_chars
+
+    tok = _Counting(lm[1])
+    huge = "7 + " * 2_500_000  # 10 MB
+    rows = [{"prompt": "p", "output": GOOD, "answer": "42"}, {"prompt": huge, "output": GOOD, "answer": "42"},
+            {"prompt": "p", "output": GOOD + huge, "answer": "42"}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    examples, report = load_trajectories(str(path), "parallel_r1", "parallel_r1", tokenizer=tok, max_tokens=1024)
+    assert [e.line for e in examples] == [1] and [(b["line"], b["code"]) for b in report.bad] == [
+        (2, "too_long"), (3, "too_long")]
+    assert max(tok.texts) < 1000  # only the short row reached the tokenizer
+    assert re.fullmatch(r"\d+ characters \(prompt \+ trajectory\): at least (\d+) tokens > the model's 1024, "
+                        r"unparsed, untokenized", report.bad[0]["message"]), report.bad[0]["message"]
+    assert int(report.bad[0]["message"].split()[0]) // max_token_chars(lm[1]) >= 1024
+    prompts, report = load_prompts(str(path), "parallel_r1", tokenizer=tok, max_tokens=1024)
+    assert [p.line for p in prompts] == [1, 3] and report.by_code() == {"too_long": 1}
+    assert max(tok.texts) < 1000
+
+
+def test_the_character_bound_never_refuses_a_row_that_fits(lm):
+    """The bound is the vocabulary's longest token string: no text that tokenizes within the limit has
+    more characters than max_tokens x that length."""
+    from evaluation.trajectories import max_token_chars
+
+    tok = lm[1]
+    longest = max(tok.get_vocab(), key=len)
+    text = tok.convert_tokens_to_string([longest] * 50)
+    assert len(text) <= 50 * max_token_chars(tok)
+
+
+@pytest.mark.parametrize("key", ["uid", "index"])
+def test_a_repeated_uid_is_reported_by_line(tmp_path, key):
+    from evaluation.trajectories import load_prompts
+
+    rows = [{key: "a", "prompt": "p1", "output": GOOD, "answer": "42"},
+            {key: "b", "prompt": "p2", "output": GOOD, "answer": "42"},
+            {key: "a", "prompt": "p3", "output": GOOD, "answer": "42"},
+            {"prompt": "p4", "output": GOOD, "answer": "42"}, {"prompt": "p5", "output": GOOD, "answer": "42"}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for examples, report in (load_trajectories(str(path), "parallel_r1", "parallel_r1"),
+                             load_prompts(str(path), "parallel_r1")):
+        assert [e.line for e in examples] == [1, 2, 4, 5]  # rows with no uid of their own are not repeats
+        assert report.bad == [{"line": 3, "code": "duplicate_uid", "message": "uid 'a' is line 1's too"}]

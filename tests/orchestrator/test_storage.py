@@ -92,3 +92,17 @@ def test_where_checkpoints_go(tmp_path):
     assert mirror_for("") is None and mirror_for(str(tmp_path)) is None
     with pytest.raises(ValueError, match="trainer.checkpoint_dir='nosuchfs://x'"):
         mirror_for("nosuchfs://x")
+
+
+@pytest.mark.parametrize("uri", ["file://relative/path", "file://runs/ckpt/"])
+def test_a_file_uri_with_a_host_is_refused_before_anything_is_written(refused, tmp_path, monkeypatch, uri):
+    """By URI rules `file://relative/path` names host "relative": it was taken as <cwd>/relative/path."""
+    monkeypatch.chdir(tmp_path)
+    err = refused("+experiment=smoke", f"trainer.checkpoint_dir={uri}")
+    assert f"setup error: trainer.checkpoint_dir={uri!r}: ambiguous" in err, err[-2000:]
+    assert not (tmp_path / uri.split("://")[1].split("/")[0]).exists()
+
+
+def test_file_uris_that_name_no_host_are_accepted(tmp_path):
+    for uri in (f"file://{tmp_path}/a", f"file://localhost{tmp_path}/b"):
+        assert Mirror(uri).root.endswith(uri.split(str(tmp_path))[1])

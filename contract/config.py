@@ -317,6 +317,9 @@ class TrainerConfig:
     # Keep the newest N complete checkpoints and delete older ones after each save (0: keep all).
     # The one `latest` names is never deleted. A SmolLM2-135M checkpoint with its optimizer is ~2 GB.
     keep_checkpoints: int = 0
+    # When the newest checkpoint this run wrote is gone (its directory deleted under the run): save
+    # (write one again at once, and say so) | stop (end the run, naming what is gone).
+    lost_checkpoint: str = "save"
     # When a learner is lost (or a rollout/reward actor is past cluster.max_restarts), start the run
     # again from its newest verified checkpoint, up to this many times (0: the run fails, naming the actor).
     max_failures: int = 0
@@ -334,6 +337,8 @@ class TrainerConfig:
         _check(self.prompts_per_step >= 1, "trainer.prompts_per_step", "must be >= 1 (a batch size)")
         _check(self.save_every >= 0, "trainer.save_every", "must be >= 0")
         _check(self.keep_checkpoints >= 0, "trainer.keep_checkpoints", "must be >= 0 (0 keeps all)")
+        _check(self.lost_checkpoint in ("save", "stop"), "trainer.lost_checkpoint",
+               f"save or stop, got {self.lost_checkpoint!r}")
         _check(self.eval_every >= 0, "trainer.eval_every", "must be >= 0")
         _check(self.eval_samples >= 0, "trainer.eval_samples", "must be >= 0")
         _check(self.eval_limit >= 1, "trainer.eval_limit", "must be >= 1")

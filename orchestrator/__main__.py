@@ -37,13 +37,16 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as e:
         print(f"parallax: config error: {e}", file=sys.stderr)
         sys.exit(2)
-    from orchestrator.trainer import SetupError, run
+    from orchestrator.trainer import RunStopped, SetupError, run
 
     try:
         run(typed)
     except SetupError as e:  # a model, dataset, field or file that is not there: nothing started
         print(f"parallax: setup error: {e}", file=sys.stderr)
         sys.exit(2)
+    except RunStopped as e:  # a lost actor past every restart, a vanished checkpoint: said in one paragraph
+        print(f"parallax: run stopped: {e}", file=sys.stderr)
+        sys.exit(1)
 
 
 def run_dir_error(argv: list[str]) -> str | None:

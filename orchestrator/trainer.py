@@ -116,6 +116,7 @@ class Trainer:
             truncate_metrics(self.run_dir / "metrics.jsonl", 0)  # starting over: rows of an earlier try go
         state = self._restore(ckpt) if ckpt else {}
         self._saved_at = time.monotonic()  # trainer.save_every_min counts from here
+        self._last_saved: Path | None = None  # the newest checkpoint this run wrote (a vanished one is said)
         self.logger = Logger(cfg.logging, self.run_dir, _plain(cfg), self.curriculum.total_steps,
                              run_id=state.get("wandb_run_id"), start=self.curriculum.global_step)
 
@@ -156,7 +157,8 @@ class Trainer:
                         self.weights.push()
                     self.logger.log(self.evaluate(), step + 1, advance=False)
                 every, minutes = self.cfg.trainer.save_every, self.cfg.trainer.save_every_min
-                if (every and (step + 1) % every == 0) or (minutes and time.monotonic() - self._saved_at >= 60 * minutes):
+                if (self._checkpoint_lost() or (every and (step + 1) % every == 0)
+                        or (minutes and time.monotonic() - self._saved_at >= 60 * minutes)):
                     self.save()
         return self.finish()
 
@@ -389,7 +391,22 @@ class Trainer:
         if self.mirror is not None:  # verified here, then copied: files, manifest, `latest`
             self.mirror.upload(final)
             self.mirror.prune(keep)
+        self._last_saved = final
         return final
+
+    def _checkpoint_lost(self) -> bool:
+        """Whether the newest checkpoint this run wrote is gone (its directory deleted under the run: it
+        was silently made again at the next save). Said either way; trainer.lost_checkpoint decides."""
+        last = self._last_saved
+        if last is None or last.is_dir():
+            return False
+        what = f"checkpoint {last} is gone: its directory was removed while the run trained"
+        if self.cfg.trainer.lost_checkpoint == "stop":
+            raise RunStopped(f"{what}. trainer.lost_checkpoint=stop ends the run here, at step "
+                             f"{self.curriculum.global_step}; with =save it writes a new one at once.")
+        print(f"warning: {what}; saving step {self.curriculum.global_step} now (trainer.lost_checkpoint=save)",
+              flush=True)
+        return True
 
     def _restore(self, ckpt: Path) -> dict[str, Any]:
         """Continue from a checkpoint: weights, optimizer, curriculum, data position, W&B run.
@@ -461,6 +478,24 @@ def config_hash(cfg: ParallaxConfig) -> str:
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:16]
 
 
+class RunStopped(RuntimeError):
+    """The run cannot go on; its message is one paragraph for the user (no traceback)."""
+
+
+def lost_actor_paragraph(e: ActorLost, cfg: ParallaxConfig, failures: int, where) -> str:
+    """What died, which knob would have allowed more, and how to continue."""
+    tries = f"trainer.max_failures={cfg.trainer.max_failures}, {failures} used"
+    if e.role == "learner":  # its peers hang in the collective: only a restart of the whole run helps
+        knob = (f"A learner is never restarted in place; a higher trainer.max_failures (now {tries}) restarts "
+                "the whole run from its newest verified checkpoint.")
+    else:
+        knob = (f"Ray restarts a lost {e.role} actor in place up to cluster.max_restarts="
+                f"{cfg.cluster.max_restarts} times, and that was not enough; raise it, or trainer.max_failures "
+                f"(now {tries}) to restart the whole run from its newest verified checkpoint.")
+    return (f"{e}. The run stops. {knob} To continue from the newest checkpoint ({where}), run the same "
+            "command with resume=auto.")
+
+
 def run(cfg: ParallaxConfig) -> dict[str, Any]:
     """Train to the end. A lost actor the run cannot do without (a learner; a rollout or reward actor
     past its restarts) ends this try; with `trainer.max_failures` left, the run starts again from its
@@ -476,8 +511,8 @@ def run(cfg: ParallaxConfig) -> dict[str, Any]:
         except ActorLost as e:
             trainer.abort()
             if failures >= cfg.trainer.max_failures:
-                raise RuntimeError(f"{e}; the run stops (trainer.max_failures={cfg.trainer.max_failures}; "
-                                   f"resume=auto continues it from {trainer.mirror.uri if trainer.mirror else trainer.ckpt_root})") from None
+                where = trainer.mirror.uri if trainer.mirror else trainer.ckpt_root
+                raise RunStopped(lost_actor_paragraph(e, cfg, failures, where)) from None
             failures += 1
             print(f"{e}; restarting from the newest verified checkpoint "
                   f"(failure {failures} of trainer.max_failures={cfg.trainer.max_failures})", flush=True)

@@ -172,5 +172,7 @@ def test_without_max_failures_a_lost_learner_names_itself(ray_cluster, tmp_path,
         return real_get_all(refs, role, timeout_s)
 
     monkeypatch.setattr(trainer_mod, "get_all", get_all)
-    with pytest.raises(RuntimeError, match=r"learner actor 0 was lost: .*trainer.max_failures=0.*resume=auto"):
+    with pytest.raises(trainer_mod.RunStopped, match=r"learner actor 0 was lost: .*The run stops\. A learner is "
+                       r"never restarted in place; a higher trainer.max_failures \(now trainer.max_failures=0, 0 used\)"
+                       r".*run the same command with resume=auto\.$"):
         trainer_mod.run(cfg)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -181,3 +182,38 @@ def test_a_full_disk_says_so_and_frees_the_partial_write(tmp_path):
     assert e.value.errno == 28 and "previous checkpoint is intact" in str(e.value)
     assert not (root / "step_000002.tmp").exists() and latest_checkpoint(root).name == "step_000001"
     verify_checkpoint(root / "step_000001")
+
+
+def test_a_lost_rollout_actor_names_the_knob_that_restarts_it():
+    """A rollout or reward actor past its restarts: cluster.max_restarts governs, not only
+    trainer.max_failures (the message named that one alone)."""
+    from actors.faults import ActorLost
+    from contract.config import ParallaxConfig
+    from orchestrator.trainer import lost_actor_paragraph
+
+    cfg = ParallaxConfig()
+    text = lost_actor_paragraph(ActorLost("rollout", 1, "it did not restart"), cfg, 0, "/runs/x/checkpoints")
+    assert text.startswith("rollout actor 1 was lost: it did not restart. The run stops. ")
+    assert f"cluster.max_restarts={cfg.cluster.max_restarts} times" in text and "trainer.max_failures" in text
+    assert text.endswith("To continue from the newest checkpoint (/runs/x/checkpoints), run the same command with "
+                         "resume=auto.") and "\n" not in text
+
+
+@pytest.mark.parametrize("policy", ["save", "stop"])
+def test_a_vanished_checkpoint_directory_is_said_and_handled(tmp_path, capsys, policy):
+    """The checkpoint dir deleted mid-run was made again silently at the next save (steps lost unsaid)."""
+    from types import SimpleNamespace
+
+    from orchestrator.trainer import RunStopped, Trainer
+
+    run = _run(tmp_path, steps=(2,))
+    t = SimpleNamespace(cfg=SimpleNamespace(trainer=SimpleNamespace(lost_checkpoint=policy)),
+                        curriculum=SimpleNamespace(global_step=5), _last_saved=run / "checkpoints" / "step_000002")
+    assert Trainer._checkpoint_lost(t) is False  # there: nothing to say
+    shutil.rmtree(run / "checkpoints")
+    if policy == "stop":
+        with pytest.raises(RunStopped, match=r"checkpoint .*step_000002 is gone.*ends the run here, at step 5"):
+            Trainer._checkpoint_lost(t)
+    else:
+        assert Trainer._checkpoint_lost(t) is True  # the loop saves at once
+        assert "step_000002 is gone" in capsys.readouterr().out

@@ -31,10 +31,10 @@ from typing import Any
 from formats.metrics import compute_metrics
 from formats.parser import answer_text, parse
 from formats.spec import resolve_spec
-from rewards.extract import extract_answer
+from rewards.extract import extract_answer, extract_answers
 from rewards.pool import Outcome, TimeoutPool
 from rewards.types import Sample, TrajStats
-from rewards.verify import MAX_ANSWER_CHARS, fast_verdict, slow_verify
+from rewards.verify import MAX_ANSWER_CHARS, _as_number, fast_verdict, normalize, slow_verify
 
 __all__ = ["AnalysisOptions", "SlowJob", "analyze_fast", "analyze_group", "run_slow", "trajectory_stats"]
 
@@ -50,6 +50,7 @@ class AnalysisOptions:
     need_accuracy: bool = True
     need_parse: bool = True
     tokenizer: Any = None
+    multiple_answers: str = "last"  # last | reject (BaseParams.multiple_answers)
 
 
 @dataclass(frozen=True)
@@ -109,14 +110,24 @@ def analyze_fast(index: int, text: str, gold: str, opts: AnalysisOptions) -> tup
         return sample, None
     pred = extract_answer(final)
     sample = replace(sample, pred=pred)
+    if opts.multiple_answers == "reject" and len({_answer_key(a) for a in extract_answers(final)}) > 1:
+        return replace(sample, reason="multiple_answers"), None
     if opts.verifier == "dapo":
         return sample, SlowJob(index, pred, gold, "dapo", final)
-    if pred is None or len(pred) > MAX_ANSWER_CHARS:
-        return sample, None
-    verdict = fast_verdict(pred, gold)
+    if pred is None:
+        return replace(sample, reason="no_answer"), None
+    verdict = fast_verdict(pred, gold)  # linear in the answer's length: a plain number of any size
     if verdict is not None:
-        return replace(sample, correct=verdict), None
+        return replace(sample, correct=verdict, reason=None if verdict else "mismatch"), None
+    if len(pred) > MAX_ANSWER_CHARS:
+        return replace(sample, reason="too_long"), None
     return sample, SlowJob(index, pred, gold, opts.verifier, final)
+
+
+def _answer_key(ans: str) -> str:
+    """Two final answers that say the same (``12``, ``12.0``, ``$12$``) are one answer, not a hedge."""
+    n = normalize(ans)
+    return _as_number(n) or n
 
 
 def run_slow(jobs: Sequence[SlowJob], pool: TimeoutPool | None) -> list[Outcome]:
@@ -137,10 +148,12 @@ def apply_slow(samples: list[Sample], jobs: Sequence[SlowJob], outcomes: Sequenc
     for job, o in zip(jobs, outcomes):
         s = samples[job.index]
         if o.ok:
-            correct, pred = o.value
-            samples[job.index] = replace(s, correct=bool(correct), pred=pred if pred is not None else s.pred)
+            correct, pred, reason = o.value
+            samples[job.index] = replace(s, correct=bool(correct), pred=pred if pred is not None else s.pred,
+                                         reason=None if correct else reason)
         else:
-            samples[job.index] = replace(s, correct=False, error=o.reason or "exception")
+            samples[job.index] = replace(s, correct=False, error=o.reason or "exception",
+                                         reason=o.reason or "exception")
 
 
 def analyze_group(

@@ -34,6 +34,7 @@ def analysis_options(name: str, params: BaseParams, tokenizer: Any = None) -> An
         need_accuracy=entry.needs_accuracy,
         need_parse=entry.needs_parse,
         tokenizer=tokenizer,
+        multiple_answers=params.multiple_answers,
     )
 
 

@@ -128,6 +128,7 @@ def _score(args: argparse.Namespace, out: TextIO) -> int:
                     "pred": s.pred,
                     "format_valid": s.format_valid,
                     "error": s.error,
+                    "reason": s.reason,  # why correct is false: no_answer, too_long, unparseable, mismatch, ...
                     "components": {k: v[j] for k, v in sc.components.items()},
                 }
     for i in range(len(rows)):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["extract_answer", "extract_answer_line", "extract_boxed", "extract_gsm8k"]
+__all__ = ["extract_answer", "extract_answer_line", "extract_answers", "extract_boxed", "extract_gsm8k"]
 
 _HASHES = re.compile(r"####[ \t]*([^\n]*)")
 _ANSWER_LINE = re.compile(r"(?i)\banswer[ \t]*:[ \t]*([^\n]*)")
@@ -124,6 +124,40 @@ def extract_answer_line(text: str) -> str | None:
     """Rest of the last ``Answer:`` line (DAPO convention), None if absent or empty."""
     hit = _last_match(_ANSWER_LINE, text)
     return (_clean(hit[1]) or None) if hit else None
+
+
+_BOX = re.compile(r"\\(?:boxed|fbox)")
+_MAX_ANSWERS = 32  # more final answers than this is hedging whatever they say: not read further
+
+
+def extract_answers(text: str) -> list[str]:
+    """Every final answer ``text`` gives, as :func:`extract_answer` reads each: every ``####``
+    line, every terminated box, every ``Answer:`` line (at most ``_MAX_ANSWERS + 1``; bounded like
+    the rest of this module on adversarial text).
+
+    >>> extract_answers("#### 12\n#### 13"), extract_answers("\\boxed{12} and \\boxed{12}")
+    (['12', '13'], ['12', '12'])
+    """
+    out: list[str] = []
+    for pattern in (_HASHES, _ANSWER_LINE):
+        for m in pattern.finditer(text):
+            ans = _gsm8k_value(m.group(1)) if pattern is _HASHES else _clean(m.group(1))
+            inner = extract_boxed(ans) if "\\boxed" in ans or "\\fbox" in ans else None
+            if inner or ans:
+                out.append(inner or ans)
+            if len(out) > _MAX_ANSWERS:
+                return out
+    failed = 0
+    for m in _BOX.finditer(text):
+        j = m.end()
+        content = _braced(text, j) if j < len(text) and text[j] == "{" else None
+        if content is not None and _clean(content):
+            out.append(_clean(content))
+        elif (failed := failed + 1) > 4 * _MAX_BOX_TRIES:  # a run of unterminated boxes: stop scanning
+            break
+        if len(out) > _MAX_ANSWERS:
+            break
+    return out
 
 
 def extract_answer(text: str) -> str | None:

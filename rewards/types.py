@@ -72,7 +72,9 @@ class Sample:
     extracted answer (None if none found); ``stats`` the trajectory numbers (None when the
     reward did not ask for parsing or parsing failed); ``tree`` the format package's parse
     result, kept for custom rewards; ``error`` a short reason when analysis failed
-    (``timeout``, ``crash``, ``exception``, ...), in which case the sample scores as invalid.
+    (``timeout``, ``crash``, ``exception``, ...), in which case the sample scores as invalid;
+    ``reason`` why ``correct`` is False when accuracy was asked for (``no_answer``, ``too_long``,
+    ``unparseable``, ``mismatch``, ``multiple_answers``, or the error), None when correct.
     """
 
     correct: bool = False
@@ -80,6 +82,7 @@ class Sample:
     stats: TrajStats | None = None
     tree: Any = None
     error: str | None = None
+    reason: str | None = None
 
     @property
     def format_valid(self) -> bool:
@@ -122,6 +125,9 @@ class BaseParams:
     ``format``: trajectory format, ``parallel_r1`` or ``parason``.
     ``verifier``: ``math_verify`` (exact/integer fast path, then math-verify) or ``dapo``
     (verl's ``math_dapo`` scorer on the final part of the text).
+    ``multiple_answers``: a text that gives several different final answers (``#### 12`` then
+    ``#### 13``, two boxes) is scored by its ``last`` one (verl's convention) or ``reject``-ed as
+    wrong, so a policy cannot hedge (docs: README, "Rewards").
     Format options (:class:`formats.FormatSpec` fields; the defaults read the public projects'
     data): ``summary_placement`` (``after`` | ``inside``), ``summary_accept`` (comma-separated
     placements the parser takes), ``aliases`` (the Parason release's ``<Outline>``/``<Conclusion>``),
@@ -130,6 +136,7 @@ class BaseParams:
 
     format: str = "parallel_r1"
     verifier: str = "math_verify"
+    multiple_answers: str = "last"
     summary_placement: str = "after"
     summary_accept: str = "after,inside"
     aliases: bool = True
@@ -140,6 +147,8 @@ class BaseParams:
             raise ValueError(f"format must be 'parallel_r1' or 'parason', got {self.format!r}")
         if self.verifier not in VERIFIERS:
             raise ValueError(f"verifier must be one of {VERIFIERS}, got {self.verifier!r}")
+        if self.multiple_answers not in ("last", "reject"):
+            raise ValueError(f"multiple_answers must be 'last' or 'reject', got {self.multiple_answers!r}")
         self.spec  # noqa: B018 -- a bad format option fails here, naming the field
 
     @property

@@ -14,10 +14,13 @@ collective, and the supervisor (`trainer.max_failures`) restarts the run from it
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import ray
+
+T = TypeVar("T")
 
 
 class ActorLost(RuntimeError):
@@ -30,6 +33,36 @@ class ActorLost(RuntimeError):
 
 class StaleWeights(RuntimeError):
     """A rollout actor was asked for samples of weights it does not hold (it restarted since the last sync)."""
+
+
+class Abandoned(RuntimeError):
+    """The caller cancelled a wait that could not end by itself in time (a member died while the
+    weight-sync group formed: the rendezvous would wait out its whole timeout)."""
+
+
+def abandonable(build: Callable[[], T], what: str, poll_s: float = 0.2) -> T:
+    """`build()` in a thread this actor task can leave: when the driver `ray.cancel`s the task, it
+    raises `Abandoned` within `poll_s` and the actor takes its next call (the thread, blocked in the
+    rendezvous, ends at its own timeout and its result is dropped). A running task of a regular actor
+    is never interrupted by Ray; it can only notice the cancel, as here."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = build()
+        except BaseException as e:  # noqa: BLE001 -- handed to the task's thread below
+            box["error"] = e
+
+    thread = threading.Thread(target=run, name=f"parallax-{what}", daemon=True)
+    thread.start()
+    ctx = ray.get_runtime_context()
+    while thread.is_alive():
+        thread.join(poll_s)
+        if thread.is_alive() and ctx.is_canceled():
+            raise Abandoned(f"{what}: abandoned by the driver (a member of the group was lost)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def is_loss(e: BaseException) -> bool:

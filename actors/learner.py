@@ -277,6 +277,7 @@ class LearnerWorker:
                   bucket_bytes: int) -> dict | None:
         """Join the weight-sync group as its rank 0 (learner rank 0 only; the others gather under ZeRO-3).
         Returns the bucket plan every receiver follows, in wire form (`engines.collective`)."""
+        from actors.faults import abandonable
         from engines.collective import SyncGroup, plan_for, plan_to_wire
 
         with self._full_weights() as state:
@@ -284,7 +285,8 @@ class LearnerWorker:
                 return None
             self._sync_plan = plan_for(state, bucket_bytes)
         self.close_sync()
-        self._sync = SyncGroup(address, 0, world_size, backend, timeout_s)
+        # the rendezvous waits for every member: the driver cancels this task when one dies meanwhile
+        self._sync = abandonable(lambda: SyncGroup(address, 0, world_size, backend, timeout_s), "weight-sync rendezvous")
         return plan_to_wire(self._sync_plan)
 
     def close_sync(self) -> None:

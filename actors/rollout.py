@@ -101,7 +101,11 @@ class RolloutWorker:
         return self.engine.sync_ranks
 
     def open_sync(self, address: str, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
-        self.engine.open_sync(address, rank, world_size, backend, timeout_s)
+        from actors.faults import abandonable
+
+        # the rendezvous waits for every member: the driver cancels this task when one dies meanwhile
+        abandonable(lambda: self.engine.open_sync(address, rank, world_size, backend, timeout_s),
+                    "weight-sync rendezvous")
         self._in_group = True
 
     def close_sync(self) -> None:

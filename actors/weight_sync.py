@@ -62,6 +62,19 @@ def _wait(refs: dict[str, list[ray.ObjectRef]], timeout_s: float, what: str) -> 
     return {name: ray.get(rs) for name, rs in refs.items()}
 
 
+def _form(refs: dict[str, list[ray.ObjectRef]], timeout_s: float, what: str) -> dict[str, list]:
+    """`_wait` on the members' `open_sync` calls. When one dies (or fails) before the group formed, the
+    others would sit in the rendezvous for the whole timeout, deaf to the next call (the restart's
+    `close_sync`, the next `open_sync`): each is cancelled, and leaves it within a second
+    (`faults.abandonable`)."""
+    try:
+        return _wait(refs, timeout_s, what)
+    except BaseException:
+        for r in (r for rs in refs.values() for r in rs):
+            ray.cancel(r)
+        raise
+
+
 # How long a failed collective waits for a peer's death to be reported before its own error stands.
 LOSS_GRACE_S = 15.0
 
@@ -117,7 +130,7 @@ class CollectiveSync:
         for i, (actor, n) in enumerate(zip(rollouts.actors, ranks)):
             refs[f"rollout_{i}"] = [actor.open_sync.remote(address, first, world, self.backend, self.cfg.timeout_s)]
             first += n
-        got = _wait(refs, self.cfg.timeout_s, f"opening a {self.backend} group of {world} ranks at {address}")
+        got = _form(refs, self.cfg.timeout_s, f"opening a {self.backend} group of {world} ranks at {address}")
         self.plan_ref = ray.put(got["learner"][0])
 
     def reset(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:

@@ -58,3 +58,37 @@ def test_without_a_loss_the_collective_error_stands_after_the_grace(ray_cluster,
     assert not isinstance(got.value, ActorLost)
     assert time.monotonic() - t0 < 10  # the grace, not the sync timeout
     ray_cluster.kill(rollout)
+
+
+def test_a_member_lost_while_the_group_forms_frees_the_others_within_seconds(ray_cluster, tmp_path):
+    """A rollout actor that died while the sync group formed left learner rank 0 in gloo's rendezvous
+    until rollout.weight_sync.timeout_s (300 s): deaf to the restart's next calls all that time."""
+    ray = ray_cluster
+
+    @ray.remote(num_cpus=0, max_restarts=0)
+    class Former:  # what learner rank 0 and an engine do in open_sync: join a real gloo group
+        def join(self, address: str, rank: int, world: int) -> int:
+            from actors.faults import abandonable
+            from engines.collective import SyncGroup
+
+            self.group = abandonable(lambda: SyncGroup(address, rank, world, "gloo", 300), "weight-sync rendezvous")
+            return rank
+
+        def ping(self) -> str:
+            return "free"
+
+    learner, rollout = Former.remote(), Former.remote()
+    ray.get([learner.ping.remote(), rollout.ping.remote()])
+    # world 3: the third member never comes, so the group cannot form before the rollout actor dies
+    address = f"file://{tmp_path}/sync.store"
+    refs = {"learner": [learner.join.remote(address, 0, 3)], "rollout_0": [rollout.join.remote(address, 1, 3)]}
+    killer = threading.Timer(1.5, lambda: ray.kill(rollout, no_restart=True))
+    killer.start()
+    t0 = time.monotonic()
+    with pytest.raises(ActorLost) as got:
+        weight_sync._form(refs, 300, "opening a gloo group of 3 ranks")
+    killer.join()
+    assert (got.value.role, got.value.rank) == ("rollout", 0)
+    assert ray.get(learner.ping.remote(), timeout=20) == "free"  # the learner takes its next call
+    assert time.monotonic() - t0 < 20, "the rendezvous was waited out"
+    ray.kill(learner)

@@ -36,6 +36,7 @@ from orchestrator.data import StageStreams, benchmark_prompts, load_problems, to
 from orchestrator.logger import Logger, Timer
 from orchestrator.setup import Groups, build_groups, pipeline_threads_warning, start_cluster
 from orchestrator.stage_table import format_table, in_table
+from orchestrator.stops import RunStopped, lost_actor_paragraph
 from orchestrator.storage import checkpoint_root, mirror_for
 from orchestrator.structure import trajectory_stats
 
@@ -117,6 +118,7 @@ class Trainer:
         state = self._restore(ckpt) if ckpt else {}
         self._saved_at = time.monotonic()  # trainer.save_every_min counts from here
         self._last_saved: Path | None = None  # the newest checkpoint this run wrote (a vanished one is said)
+        self._idle_said: set[str] = set()  # stages whose all-zero-advantage update was said
         self.logger = Logger(cfg.logging, self.run_dir, _plain(cfg), self.curriculum.total_steps,
                              run_id=state.get("wandb_run_id"), start=self.curriculum.global_step)
 
@@ -176,6 +178,11 @@ class Trainer:
                 rewards = [r for group in scored.rewards for r in group]
                 adv = algo.grpo_advantages(rewards, [x.uid for x in trajs], self.cfg.learner.norm_adv_by_std)
                 batch = self.layout.train_batch(trajs, adv, self.tokenizer.pad_token_id)
+            if not any(adv) and stage.name not in self._idle_said:  # an update that changes nothing: said once
+                self._idle_said.add(stage.name)
+                print(f"warning: stage {stage.name} step {step}: every group's samples scored alike, so every GRPO "
+                      "advantage is 0 and the update changes nothing (actor/zero_advantage=1 marks each such step: "
+                      "a task the model always or never solves teaches nothing)", flush=True)
             with t("update"):
                 lr, wd = self._lr(stage)
                 stats = generation.mean_dicts(get_all(g.learner.async_grpo_step(batch, lr, wd, self.cfg.rollout.temperature),
@@ -195,7 +202,8 @@ class Trainer:
                 "response/length": mean(lengths), "response/clip_ratio": mean(x.finish_reason == "length"
                                                                               for x in trajs),
                 "throughput/tokens_per_s": sum(lengths) / max(t.times["timing/generate"], 1e-9),
-                "actor/staleness": mean(staleness), "actor/staleness_max": float(max(staleness))}
+                "actor/staleness": mean(staleness), "actor/staleness_max": float(max(staleness)),
+                "actor/zero_advantage": float(not any(adv))}
 
     def sft_step(self, stage: Stage) -> dict[str, Any]:
         t, g = Timer(), self.groups
@@ -476,24 +484,6 @@ def config_hash(cfg: ParallaxConfig) -> str:
 
     plain = {k: v for k, v in _plain(cfg).items() if k not in ("run_dir", "resume")}
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:16]
-
-
-class RunStopped(RuntimeError):
-    """The run cannot go on; its message is one paragraph for the user (no traceback)."""
-
-
-def lost_actor_paragraph(e: ActorLost, cfg: ParallaxConfig, failures: int, where) -> str:
-    """What died, which knob would have allowed more, and how to continue."""
-    tries = f"trainer.max_failures={cfg.trainer.max_failures}, {failures} used"
-    if e.role == "learner":  # its peers hang in the collective: only a restart of the whole run helps
-        knob = (f"A learner is never restarted in place; a higher trainer.max_failures (now {tries}) restarts "
-                "the whole run from its newest verified checkpoint.")
-    else:
-        knob = (f"Ray restarts a lost {e.role} actor in place up to cluster.max_restarts="
-                f"{cfg.cluster.max_restarts} times, and that was not enough; raise it, or trainer.max_failures "
-                f"(now {tries}) to restart the whole run from its newest verified checkpoint.")
-    return (f"{e}. The run stops. {knob} To continue from the newest checkpoint ({where}), run the same "
-            "command with resume=auto.")
 
 
 def run(cfg: ParallaxConfig) -> dict[str, Any]:

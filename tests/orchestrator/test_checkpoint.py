@@ -189,7 +189,7 @@ def test_a_lost_rollout_actor_names_the_knob_that_restarts_it():
     trainer.max_failures (the message named that one alone)."""
     from actors.faults import ActorLost
     from contract.config import ParallaxConfig
-    from orchestrator.trainer import lost_actor_paragraph
+    from orchestrator.stops import lost_actor_paragraph
 
     cfg = ParallaxConfig()
     text = lost_actor_paragraph(ActorLost("rollout", 1, "it did not restart"), cfg, 0, "/runs/x/checkpoints")

@@ -41,10 +41,13 @@ def run(staleness: int, overrides: list[str], run_dir: Path) -> dict:
     stages = {s["stage"]: s for s in json.loads((run_dir / "summary.json").read_text())["stages"]}
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     rl = [r for r in rows if "reward/mean" in r]
-    first, last = stages.get("sft") or stages["init"], list(stages.values())[-1]
+    # trainer.eval_after_stage=false (a run timed for its steps alone): no accuracy columns
+    first = stages.get("sft") or stages.get("init") or {}
+    last = list(stages.values())[-1] if stages else {}
     want = {r["step"]: r["rollout/samples"] for r in rl}
+    gain = last["eval/acc"] - first["eval/acc"] if "eval/acc" in first and "eval/acc" in last else None
     return {"staleness": staleness,
-            "acc_sft": first["eval/acc"], "acc_rl": last["eval/acc"], "gain": last["eval/acc"] - first["eval/acc"],
+            "acc_sft": first.get("eval/acc"), "acc_rl": last.get("eval/acc"), "gain": gain,
             "answered_sft": first.get("eval/answered"), "answered_rl": last.get("eval/answered"),
             "greedy_sft": first.get("eval/acc_greedy"), "greedy_rl": last.get("eval/acc_greedy"),
             "rl_step_s": mean(r["timing/step"] for r in rl) if rl else 0.0, "rl_steps": len(rl),
@@ -66,10 +69,13 @@ def main() -> None:
             f"{'RL step s':>9} {'versions behind':>15} {'wall s':>7}")
     print(head)
     print("-" * len(head))
+    def f(x, spec: str) -> str:
+        return "-" if x is None else format(x, spec)
+
     for r in rows:
-        print(f"{r['staleness']:>9} {r['acc_sft']:>8.3f} -> {r['acc_rl']:.3f} {r['gain']:>+7.3f} "
-              f"{r['answered_sft']:.2f} -> {r['answered_rl']:.2f} {r['greedy_sft']:.3f} -> {r['greedy_rl']:.3f} "
-              f"{r['rl_step_s']:>9.2f} {r['staleness_mean']:>15.2f} {r['wall_s']:>7.0f}")
+        print(f"{r['staleness']:>9} {f(r['acc_sft'], '>8.3f')} -> {f(r['acc_rl'], '.3f')} {f(r['gain'], '>+7.3f')} "
+              f"{f(r['answered_sft'], '.2f')} -> {f(r['answered_rl'], '.2f')} {f(r['greedy_sft'], '.3f')} -> "
+              f"{f(r['greedy_rl'], '.3f')} {r['rl_step_s']:>9.2f} {r['staleness_mean']:>15.2f} {r['wall_s']:>7.0f}")
     print(json.dumps({"bench": "ab_pipeline", "overrides": args.overrides, "rows": rows,
                       "loadavg": {k: [round(x, 2) for x in v] for k, v in load.items()}}))
 

@@ -83,9 +83,15 @@ def _cluster_left_running(request):
         pytest.fail(f"{request.node.nodeid} shut down the session's Ray cluster")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """The tier's tests only (PARALLAX_TIER, above); `gpu`-marked tests run only where CUDA is available
-    (the device machine)."""
+    """The tier's tests only (PARALLAX_TIER, above); each test module one pytest-xdist group (under
+    `-n 2 --dist loadgroup`, the README's command: a module-scoped run is built by one worker, never
+    twice), unless the module names a group of its own (`xdist_group`: modules that share a session run);
+    `gpu`-marked tests run only where CUDA is available (the device machine)."""
+    for item in items:
+        if not any(item.iter_markers("xdist_group")):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     tier = _tier()
     if tier is not None:
         keep = [it for it in items if ("vllm" in it.keywords) == (tier == "vllm")]

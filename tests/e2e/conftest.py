@@ -1,10 +1,11 @@
 """The suite's one shared smoke run: several end-to-end tests read its outputs instead of each paying
 for a run of their own (a run costs ~60 s here, most of it Ray, actor and model start-up).
 
-It is the visible run (tests/e2e/test_visible_run.py): `+experiment=smoke` at 4 SFT and 6 RL steps with
-2 DeepSpeed learners, the dashboard and the Prometheus endpoint on, progress bar and sample tables,
+It is the visible run (tests/e2e/test_visible_run.py): `+experiment=smoke` (80 SFT steps) with 6 RL
+steps of executed branches over whole engine requests, scored with the structured layout, on 2
+DeepSpeed learners, the dashboard and the Prometheus endpoint on, progress bar and sample tables,
 evaluated before and after each stage. While it trains, the fixture scrapes the endpoint and lists the
-process tree's listening sockets; tests/e2e/test_cli.py's `default` case reads the same run's files."""
+process tree's listening sockets; tests/e2e/test_cli.py's `requests` case reads the same run's files."""
 
 from __future__ import annotations
 
@@ -60,8 +61,9 @@ def _scrape(port: int) -> dict[str, float]:
 def smoke_run(tmp_path_factory) -> SmokeRun:
     port = _free_port()
     run_dir = tmp_path_factory.mktemp("smoke") / "run"
-    cmd = [sys.executable, "-m", "orchestrator", "+experiment=smoke", "curriculum.stages.sft.steps=4",
-           "curriculum.stages.rl.steps=6", "data.n_train=64", "logging.table_every=2", "logging.table_rows=3",
+    cmd = [sys.executable, "-m", "orchestrator", "+experiment=smoke", "curriculum.stages.rl.steps=6",
+           "rollout.executor.mode=executed", "rollout.executor.dispatch=requests", "learner.layout=structured",
+           "data.n_train=64", "logging.table_every=2", "logging.table_rows=3",
            "logging.progress_bar=true", f"cluster.metrics_export_port={port}", "cluster.include_dashboard=true",
            "learner.num_actors=2", f"hydra.run.dir={run_dir}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

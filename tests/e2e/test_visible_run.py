@@ -15,7 +15,8 @@ import re
 import pytest
 from listeners import loopback  # tests/e2e is on sys.path
 
-pytestmark = pytest.mark.slow
+# one worker for both modules that read the shared smoke run (tests/e2e/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("smoke_run")]
 WANTED = ("timing_update", "timing_generate", "timing_sync", "throughput_tokens_per_s", "reward_mean",
           "parallel_ratio", "rollout_samples")
 
@@ -34,10 +35,11 @@ def test_metrics_endpoint_tables_and_progress_bar(smoke_run):
     assert not missing, f"not scraped: {missing}; got {sorted(seen)}"
     assert all(math.isfinite(v) for v in seen.values())
     assert seen["rollout_samples"] == 32.0  # smoke: 8 prompts x 4 samples
-    # tables: RL steps 4, 6, 8 (stage steps 0, 2, 4), 3 rows each, in the jsonl and in W&B's files
+    # tables: RL steps 80, 82, 84 (stage steps 0, 2, 4; after 80 SFT steps), 3 rows each, in the jsonl and
+    # in W&B's files
     tables = sorted(p.name for p in (run / "samples").iterdir())
-    assert tables == ["step_4.jsonl", "step_6.jsonl", "step_8.jsonl"], tables
-    rows = [json.loads(x) for x in (run / "samples" / "step_6.jsonl").read_text().splitlines()]
+    assert tables == ["step_80.jsonl", "step_82.jsonl", "step_84.jsonl"], tables
+    rows = [json.loads(x) for x in (run / "samples" / "step_82.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and len({r["prompt"] for r in rows}) == 3  # spread over prompts
     assert {"prompt", "completion", "reward", "valid", "critical_path", "policy_version"} <= set(rows[0])
     assert all(r["policy_version"] >= 1 for r in rows)  # sampled after SFT's weights were pushed

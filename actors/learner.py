@@ -113,6 +113,9 @@ class LearnerWorker:
 
             model_path = local_model(model_files)
         self.model_path = model_path
+        # DeepSpeed's accelerator from what this actor sees (its CUDA_VISIBLE_DEVICES), never from the
+        # driver: a CPU-only head node made every GPU learner build its engine on the CPU
+        os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu")
         import deepspeed
         from transformers import AutoModelForCausalLM
 
@@ -130,6 +133,8 @@ class LearnerWorker:
                                 weight_decay=cfg.weight_decay)
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=ds_config(cfg, dtype))
         self.device = self.engine.device
+        if self.ref_model is not None:  # scored beside the policy (kl_coef > 0): on its device
+            self.ref_model.to(self.device)
 
     # ---- scoring ----------------------------------------------------------------
     def _logprobs(self, model, mb: TrainBatch, temperature: float, entropy: bool = False):
@@ -238,7 +243,8 @@ class LearnerWorker:
 
     def _piece_norm(self, piece: TrainBatch) -> dict:
         """A mini-batch's global token and sequence counts (summed over the learner ranks)."""
-        counts = torch.tensor([float(piece.response_mask.sum()), float(len(piece))])
+        # on the group's device: NCCL refuses a CPU tensor (gloo takes either)
+        counts = torch.tensor([float(piece.response_mask.sum()), float(len(piece))], device=self.device)
         if self.world > 1:
             import torch.distributed as dist
 

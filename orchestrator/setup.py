@@ -28,8 +28,6 @@ def start_cluster(cfg: ClusterConfig) -> None:
     env = {"TOKENIZERS_PARALLELISM": "false", "WANDB_SILENT": "true", "TRANSFORMERS_VERBOSITY": "error",
            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)}
-    if not _has_cuda():
-        env["DS_ACCELERATOR"] = "cpu"  # DeepSpeed would otherwise probe for CUDA and warn
     if ray.is_initialized():
         return
     if cfg.address:
@@ -78,12 +76,6 @@ def metrics_port() -> int | None:
     """The port this node's Ray metrics agent serves Prometheus metrics on."""
     node = ray._private.worker._global_node
     return getattr(node, "metrics_export_port", None) if node is not None else None
-
-
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 @ray.remote(num_cpus=0)

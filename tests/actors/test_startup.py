@@ -77,3 +77,16 @@ def test_an_actor_that_fails_or_stalls_at_start_is_named(ray_cluster):
             ray_cluster.kill(a)
     finally:
         remove_placement_group(pg)
+
+
+def test_the_driver_never_chooses_the_actors_accelerator(ray_cluster):
+    """DS_ACCELERATOR was set to cpu in the whole job's runtime env whenever the *driver* had no CUDA (a
+    cluster's head node): every GPU learner would then have built DeepSpeed on the CPU. Each learner now
+    sets it from what it sees (actors/learner.py); the job's env carries none."""
+    import os
+
+    @ray_cluster.remote(num_cpus=0)
+    def seen() -> str | None:
+        return os.environ.get("DS_ACCELERATOR")
+
+    assert ray_cluster.get(seen.remote()) == os.environ.get("DS_ACCELERATOR")  # only what the user set, if any

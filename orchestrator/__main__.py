@@ -19,7 +19,6 @@ Launch:
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 import hydra
@@ -53,16 +52,12 @@ def run_dir_error(argv: list[str]) -> str | None:
     """Hydra writes its log in the run directory before `main` runs, so an unwritable one ended in
     Hydra's traceback. Checked first instead: the `hydra.run.dir=` override (`hydra.sweep.dir=` under
     -m), else the default's `runs/`; the part before any `${...}` is created and written to."""
+    from orchestrator.storage import cannot_write
+
     key = "hydra.sweep.dir" if {"-m", "--multirun"} & set(argv) else "hydra.run.dir"
     given = next((a.split("=", 1)[1] for a in argv if a.startswith(f"{key}=")), None)
-    where = Path((given or "runs/${now:}").split("${")[0] or ".")
-    try:
-        where.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=where, prefix=".parallax-write-check-"):
-            pass
-    except OSError as e:
-        return f"{key}={given or 'runs/<time>'}: cannot write in {where} ({e.strerror or e})"
-    return None
+    why = cannot_write(Path((given or "runs/${now:}").split("${")[0] or "."))
+    return f"{key}={given or 'runs/<time>'}: {why}" if why else None
 
 
 if __name__ == "__main__":

@@ -93,6 +93,19 @@ class Mirror:
         return old
 
 
+def cannot_write(where: Path) -> str | None:
+    """Why nothing can be written in `where` (created if missing), or None: tried, not guessed from
+    permissions (root passes every access check, an immutable or /proc directory refuses anyway)."""
+    import tempfile
+
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=where, prefix=".parallax-write-check-"):
+            return None
+    except OSError as e:
+        return f"cannot write in {where} ({e.strerror or e})"
+
+
 def checkpoint_root(checkpoint_dir: str, run_dir: Path) -> Path:
     """The local directory checkpoints are written in: the configured local path, else the run dir's."""
     if checkpoint_dir and not is_uri(checkpoint_dir):

@@ -37,7 +37,7 @@ from orchestrator.logger import Logger, Timer
 from orchestrator.setup import Groups, build_groups, pipeline_threads_warning, start_cluster
 from orchestrator.stage_table import format_table, in_table
 from orchestrator.stops import RunStopped, lost_actor_paragraph
-from orchestrator.storage import checkpoint_root, mirror_for
+from orchestrator.storage import cannot_write, checkpoint_root, mirror_for
 from orchestrator.structure import trajectory_stats
 
 
@@ -99,6 +99,8 @@ class Trainer:
         try:
             # where checkpoints live (trainer.checkpoint_dir: the run dir, a local path, or a URI mirrored to)
             self.ckpt_root = checkpoint_root(cfg.trainer.checkpoint_dir, self.run_dir)
+            if why := cannot_write(self.ckpt_root):  # else the first save fails mid-run, a traceback
+                raise ValueError(f"trainer.checkpoint_dir={cfg.trainer.checkpoint_dir or str(self.ckpt_root)!r}: {why}")
             self.mirror = mirror_for(cfg.trainer.checkpoint_dir)
             # verified before anything starts: a damaged checkpoint is named, the previous good one taken
             ckpt = find_resume_checkpoint(cfg.resume, self.run_dir, root=self.ckpt_root, mirror=self.mirror)

@@ -106,3 +106,9 @@ def test_a_file_uri_with_a_host_is_refused_before_anything_is_written(refused, t
 def test_file_uris_that_name_no_host_are_accepted(tmp_path):
     for uri in (f"file://{tmp_path}/a", f"file://localhost{tmp_path}/b"):
         assert Mirror(uri).root.endswith(uri.split(str(tmp_path))[1])
+
+
+def test_an_unwritable_checkpoint_dir_is_a_setup_error(refused):
+    """It was accepted, and the first save failed mid-run with a traceback."""
+    err = refused("+experiment=smoke", "trainer.checkpoint_dir=/proc/parallax_ckpt")
+    assert "setup error: trainer.checkpoint_dir='/proc/parallax_ckpt': cannot write in /proc/parallax_ckpt" in err, err

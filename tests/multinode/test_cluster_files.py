@@ -61,7 +61,8 @@ def test_rayjob_entrypoint_composes_and_validates():
     job = yaml.safe_load((ROOT / "cluster" / "rayjob.yaml").read_text())
     assert job["apiVersion"] == "ray.io/v1" and job["kind"] == "RayJob"
     spec = job["spec"]
-    assert spec["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "127.0.0.1"
+    # the job submitter reaches the dashboard through the head Service: it binds the pod's interfaces
+    assert spec["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "0.0.0.0"
     cfg = _compose(_orchestrator_overrides(spec["entrypoint"]))
     assert cfg.cluster.address == "auto" and cfg.rollout.engine == "vllm"
 
@@ -72,7 +73,8 @@ def _stub(bin_dir: Path, name: str, body: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
 
 
-def test_slurm_script_dry_run_starts_head_workers_then_the_run(tmp_path):
+def _slurm_dry_run(tmp_path, *args: str) -> list[str]:
+    """slurm.sh with stand-ins for scontrol, srun, hostname, ray, python and sleep: the commands it ran."""
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls.log"
     bin_dir.mkdir()
     record = f'echo "$(basename "$0") $*" >> {calls}\n'
@@ -84,18 +86,91 @@ def test_slurm_script_dry_run_starts_head_workers_then_the_run(tmp_path):
     _stub(bin_dir, "python", record)
     _stub(bin_dir, "sleep", "")
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_NODELIST="node-[a-c]")
-    out = subprocess.run(["bash", str(ROOT / "cluster" / "slurm.sh"), "+experiment=smoke", "learner.num_actors=2"],
+    out = subprocess.run(["bash", str(ROOT / "cluster" / "slurm.sh"), *args],
                          env=env, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
-    lines = calls.read_text().splitlines()
+    return calls.read_text().splitlines()
+
+
+def test_slurm_script_dry_run_starts_head_workers_then_the_run(tmp_path):
+    lines = _slurm_dry_run(tmp_path, "+experiment=smoke", "learner.num_actors=2")
     heads = [x for x in lines if x.startswith("ray start --head")]
     workers = [x for x in lines if x.startswith("ray start --address")]
     runs = [x for x in lines if x.startswith("python -m orchestrator")]
     assert len(heads) == 1 and "--node-ip-address=10.0.0.1" in heads[0] and "--port=6379" in heads[0]
     assert "--dashboard-host=127.0.0.1" in heads[0]
     assert workers == ["ray start --address=10.0.0.1:6379 --block"] * 2
-    assert runs == ["python -m orchestrator cluster.address=10.0.0.1:6379 +experiment=smoke learner.num_actors=2"]
+    assert runs == ["python -m orchestrator cluster.address=10.0.0.1:6379 cluster.shared_fs=true +experiment=smoke "
+                    "learner.num_actors=2"]
     assert next(x for x in lines if x.startswith("srun")).split()[-1] == "--ip-address"  # hostname on the head
     assert "-w node-a" in next(x for x in lines if x.startswith("srun") and "--head" in x)
     # the overrides it passes compose as a run's config
     assert _compose(_orchestrator_overrides(runs[0])).cluster.address == "10.0.0.1:6379"
+
+
+# ---- each launcher runs the paper experiment, set for its platform, on resources that place it -----------
+
+def _bundles(cfg) -> list[tuple[float, float]]:
+    """(CPUs, GPUs) of every bundle the run reserves (orchestrator/setup.py build_groups)."""
+    r, w, lrn = cfg.rollout, cfg.reward, cfg.learner
+    return ([(r.num_cpus, r.num_gpus)] * r.num_actors + [(w.num_cpus, 0.0)] * w.num_actors
+            + [(lrn.num_cpus, lrn.num_gpus)] * lrn.num_actors)
+
+
+def _places(bundles, nodes: list[tuple[float, float]]) -> bool:
+    """Whether every bundle fits on some node (first fit, largest GPU asks first)."""
+    free = [list(n) for n in nodes]
+    for cpus, gpus in sorted(bundles, key=lambda b: (-b[1], -b[0])):
+        node = next((n for n in free if n[0] >= cpus and n[1] >= gpus), None)
+        if node is None:
+            return False
+        node[0] -= cpus
+        node[1] -= gpus
+    return True
+
+
+def _ray_cluster(tmp_path):
+    text = (ROOT / "cluster" / "ray_cluster.yaml").read_text()
+    run = next(line.split("Run:", 1)[1] for line in text.splitlines() if line.startswith("# Run:"))
+    config = yaml.safe_load(text)
+    types = config["available_node_types"]
+    nodes = [(types[config["head_node_type"]]["resources"]["CPU"], types[config["head_node_type"]]["resources"]["GPU"])]
+    for name, t in types.items():
+        if name != config["head_node_type"]:
+            nodes += [(t["resources"]["CPU"], t["resources"].get("GPU", 0))] * t["min_workers"]
+    return shlex.split(run)[-1], nodes, False  # the command inside `ray exec CLUSTER '...'`; no shared fs
+
+
+def _rayjob(tmp_path):
+    job = yaml.safe_load((ROOT / "cluster" / "rayjob.yaml").read_text())["spec"]
+    head = job["rayClusterSpec"]["headGroupSpec"]
+    groups = [(head["template"]["spec"], 1), *((g["template"]["spec"], g["replicas"])
+                                                for g in job["rayClusterSpec"]["workerGroupSpecs"])]
+    nodes = []
+    for spec, replicas in groups:
+        # Ray's object store lives in /dev/shm: a pod has it only as a mounted memory volume
+        shm = {v["name"] for v in spec["volumes"] if v.get("emptyDir", {}).get("medium") == "Memory"}
+        for c in spec["containers"]:
+            assert any(m["mountPath"] == "/dev/shm" and m["name"] in shm for m in c["volumeMounts"]), c["name"]
+            limits = c["resources"]["limits"]
+            nodes += [(float(limits["cpu"]), float(limits.get("nvidia.com/gpu", 0)))] * replicas
+    return job["entrypoint"], nodes, False
+
+
+def _slurm(tmp_path):
+    text = (ROOT / "cluster" / "slurm.sh").read_text()
+    sb = dict(line.removeprefix("#SBATCH --").split("=", 1) for line in text.splitlines() if line.startswith("#SBATCH --"))
+    run = next(x for x in _slurm_dry_run(tmp_path) if x.startswith("python -m orchestrator"))  # no arguments
+    return run, [(float(sb["cpus-per-task"]), float(sb["gpus-per-node"]))] * int(sb["nodes"]), True
+
+
+@pytest.mark.parametrize("launcher", [_ray_cluster, _rayjob, _slurm], ids=["ray_cluster", "rayjob", "slurm"])
+def test_every_launcher_runs_the_paper_experiment_set_for_its_platform(tmp_path, launcher):
+    command, nodes, shared = launcher(tmp_path)
+    overrides = _orchestrator_overrides(command)
+    assert "+experiment=paper/parallel_r1_seen" in overrides, command  # not the toy world
+    cfg = _compose(overrides)
+    assert cfg.model.path and cfg.rollout.engine == "vllm" and cfg.learner.num_gpus == 1
+    assert cfg.cluster.shared_fs is shared  # cloud nodes and pods share no filesystem; a SLURM cluster does
+    assert _places(_bundles(cfg), nodes), (_bundles(cfg), nodes)
+    assert not _places(_bundles(cfg), nodes[:-1]), "the check must be able to fail: one node fewer"

@@ -79,27 +79,65 @@ def kl_loss(
                     global_batch_size=global_seqs)
 
 
+# Positions per chunk of the fp32 log-softmax: the learner never holds an fp32 [B, L, V] copy of the
+# logits (at Qwen3's 151,936-token vocabulary, micro-batch 4 and 4k tokens that copy is ~10 GB), only
+# one [B, LOGIT_CHUNK, V] chunk at a time (bench/bench_learner_memory.py).
+LOGIT_CHUNK = 512
+
+
+def _chunk_lse(chunk: torch.Tensor, temperature: float) -> torch.Tensor:
+    return (chunk.float() / temperature).logsumexp(-1)  # [B, c]
+
+
+def logsumexp_chunked(logits: torch.Tensor, temperature: float = 1.0, chunk: int = LOGIT_CHUNK) -> torch.Tensor:
+    """logsumexp(logits / T) over the vocabulary at every position, fp32, a chunk of positions at a
+    time. With autograd on, each chunk is checkpointed: backward recomputes its fp32 copy from the
+    logits (a view, already alive) instead of keeping it. Shapes: [B, L, V] -> [B, L]."""
+    from torch.utils.checkpoint import checkpoint
+
+    grad = torch.is_grad_enabled() and logits.requires_grad
+    parts = [checkpoint(_chunk_lse, logits[:, s:s + chunk], temperature, use_reentrant=False) if grad
+             else _chunk_lse(logits[:, s:s + chunk], temperature) for s in range(0, logits.shape[1], chunk)]
+    return torch.cat(parts, 1) if parts else logits.new_zeros(logits.shape[:2], dtype=torch.float32)
+
+
+def picked_logprobs(logits: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
+                    lse: torch.Tensor | None = None) -> torch.Tensor:
+    """log softmax(logits / T)[b, rows[b, t], targets[b, t]] without a [B, L, V] log-softmax: the one
+    logit picked, minus the chunked logsumexp of its row. Shapes: logits [B, L, V], rows and targets
+    [B, T] -> [B, T] fp32."""
+    if lse is None:
+        lse = logsumexp_chunked(logits, temperature)  # [B, L]
+    b = torch.arange(logits.shape[0], device=logits.device)[:, None]
+    return logits[b, rows, targets].float() / temperature - lse.gather(1, rows)  # [B, T]
+
+
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Log-probability of each token given its prefix, aligned to the token: out[:, j] = log p(x_j | x_<j).
 
     Position 0 has no prefix and gets 0. Shapes: logits [B, L, V], input_ids [B, L] -> [B, L].
     """
-    logp = (logits[:, :-1].float() / temperature).log_softmax(-1)  # [B, L-1, V]
-    picked = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # [B, L-1]
+    B, L = input_ids.shape
+    rows = torch.arange(L - 1, device=logits.device).expand(B, L - 1)  # row j-1 predicts token j
+    picked = picked_logprobs(logits[:, :-1], rows, input_ids[:, 1:], temperature)  # [B, L-1]
     return torch.nn.functional.pad(picked, (1, 0))  # [B, L]
 
 
 @torch.no_grad()
-def logits_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Entropy (nats) of the sampling distribution softmax(logits / T) at every position; no gradient.
+def logits_entropy(logits: torch.Tensor, temperature: float = 1.0, chunk: int = LOGIT_CHUNK) -> torch.Tensor:
+    """Entropy (nats) of the sampling distribution softmax(logits / T) at every position; no gradient;
+    a chunk of positions at a time (no fp32 [B, L, V] copy).
 
     Shapes: logits [B, L, V] -> [B, L] fp32.
 
     >>> round(float(logits_entropy(torch.zeros(1, 1, 4))[0, 0]), 4)  # uniform over 4: ln 4
     1.3863
     """
-    logp = (logits.float() / temperature).log_softmax(-1)  # [B, L, V]
-    return -(logp.exp() * logp).sum(-1)  # [B, L]
+    out = []
+    for s in range(0, logits.shape[1], chunk):
+        logp = (logits[:, s:s + chunk].float() / temperature).log_softmax(-1)  # [B, c, V]
+        out.append(-(logp.exp() * logp).sum(-1))  # [B, c]
+    return torch.cat(out, 1) if out else logits.new_zeros(logits.shape[:2], dtype=torch.float32)
 
 
 def warmup_cosine(step: int, total: int, base_lr: float, warmup_ratio: float) -> float:

@@ -207,10 +207,9 @@ def structured_token_logprobs(
 
     Shapes: logits [B, L, V], input_ids [B, L], predictor [B, L] -> [B, L] fp32.
     """
-    B = logits.shape[0]
-    logp = (logits.float() / temperature).log_softmax(-1)  # [B, L, V]
-    src = predictor.clamp(min=0)
-    picked = logp[torch.arange(B, device=logits.device)[:, None], src, input_ids]  # [B, L]
+    from contract.algo import picked_logprobs
+
+    picked = picked_logprobs(logits, predictor.clamp(min=0), input_ids, temperature)  # [B, L], chunked
     return torch.where(predictor >= 0, picked, torch.zeros_like(picked))
 
 

@@ -127,3 +127,35 @@ def test_dynamic_sampling_keeps_informative_groups_in_order():
     assert [t.text for t in picked] == ["0", "1", "4", "5"] and sub.correct == [[True, False], [False, True]]
     merged_t, merged = dynamic.merge([(picked, sub), dynamic.take(trajs, scored, 2, [1])])
     assert [t.text for t in merged_t] == ["0", "1", "4", "5", "2", "3"] and merged.rewards[-1] == [1.0, 1.0]
+
+
+def _dense_token_logprobs(logits, ids, t):  # the path before chunking: an fp32 [B, L, V] log-softmax
+    logp = (logits[:, :-1].float() / t).log_softmax(-1)
+    return torch.nn.functional.pad(logp.gather(-1, ids[:, 1:, None]).squeeze(-1), (1, 0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunked_logprobs_equal_the_dense_log_softmax_values_and_gradients(dtype, monkeypatch):
+    monkeypatch.setattr(algo, "LOGIT_CHUNK", 7)  # many chunks, a ragged last one
+    torch.manual_seed(0)
+    logits = (torch.randn(2, 30, 53) * 3).to(dtype).requires_grad_()
+    ids = torch.randint(0, 53, (2, 30))
+    dense, chunked = _dense_token_logprobs(logits, ids, 0.7), algo.token_logprobs(logits, ids, 0.7)
+    assert chunked.dtype == torch.float32 and (dense - chunked).abs().max() < 1e-5
+    g_dense, = torch.autograd.grad(dense.sum(), logits)
+    g_chunked, = torch.autograd.grad(chunked.sum(), logits)
+    assert (g_dense.float() - g_chunked.float()).abs().max() < (1e-5 if dtype == torch.float32 else 1e-2)  # bf16 grads
+    ref = (logits.detach().float() / 0.7).log_softmax(-1)
+    assert (-(ref.exp() * ref).sum(-1) - algo.logits_entropy(logits, 0.7)).abs().max() < 1e-5
+
+
+def test_structured_logprobs_read_the_chunked_rows_they_point_at(monkeypatch):
+    from layouts.masks import structured_token_logprobs
+
+    monkeypatch.setattr(algo, "LOGIT_CHUNK", 4)
+    torch.manual_seed(1)
+    logits, ids = torch.randn(2, 11, 17), torch.randint(0, 17, (2, 11))
+    pred = torch.tensor([[-1, 0, 1, 1, 3, 4, 2, 6, 7, 9, 9], [-1, 0, 0, 2, 3, 3, 5, 6, 8, 8, 9]])
+    dense = (logits / 1.3).log_softmax(-1)
+    want = torch.where(pred >= 0, dense[torch.arange(2)[:, None], pred.clamp(min=0), ids], torch.zeros(2, 11))
+    assert (structured_token_logprobs(logits, ids, pred, 1.3) - want).abs().max() < 1e-5

@@ -15,8 +15,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The tiers, chosen here and nowhere else. PARALLAX_TIER=vllm keeps only the `vllm`-marked tests (and
 # a missing vLLM is then an error: the tier must run, never skip); PARALLAX_TIER=rest keeps everything
 # else. Unset, every test is collected (the vLLM ones skip where vLLM is not installed). The tier is
-# applied on top of any `-m` expression the user gives, never instead of it: the two compose.
+# applied on top of any `-m` expression the user gives, never instead of it: the two compose. A test
+# that shares a run with vLLM tests says so (`@pytest.mark.tier("vllm")`) and runs in their process.
 TIERS = ("vllm", "rest")
+
+
+def _tier_of(item) -> str:
+    marker = item.get_closest_marker("tier")
+    if marker is not None:
+        if marker.args[0] not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: tier({marker.args[0]!r}): expected one of {', '.join(TIERS)}")
+        return marker.args[0]
+    return "vllm" if "vllm" in item.keywords else "rest"
 
 
 def _tier() -> str | None:
@@ -94,8 +104,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     tier = _tier()
     if tier is not None:
-        keep = [it for it in items if ("vllm" in it.keywords) == (tier == "vllm")]
-        dropped = [it for it in items if ("vllm" in it.keywords) != (tier == "vllm")]
+        keep = [it for it in items if _tier_of(it) == tier]
+        dropped = [it for it in items if _tier_of(it) != tier]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep

@@ -11,11 +11,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE = "tests/bench/test_bench_smoke.py"  # one `vllm` test (..._on_vllm), one `slow`, the rest neither; light imports
+SHARED = "tests/e2e/test_rl_beats_sft.py"  # its hf arm shares the vLLM arm's SFT run: tier("vllm")
 
 
 def _collected(tier: str | None, *args: str) -> list[str]:
     env = {k: v for k, v in os.environ.items() if k != "PARALLAX_TIER"} | ({"PARALLAX_TIER": tier} if tier else {})
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args, FILE],
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args, FILE, SHARED],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode in (0, 5), out.stdout[-2000:] + out.stderr[-2000:]  # 5: nothing selected
     return [line for line in out.stdout.splitlines() if "::" in line]
@@ -28,6 +29,10 @@ def test_a_marker_narrows_a_tier_and_never_replaces_it():
     if _has_vllm():  # the vLLM tier needs vLLM installed (the README's install command)
         # composed: vllm AND not slow -- the file's one vLLM test, not its other non-slow ones
         assert _collected("vllm", "-m", "not slow") == [f"{FILE}::test_bench_requests_on_vllm"]
+        # a tier("vllm") test joins the vLLM tier whatever its markers, and leaves the rest
+        shared = [t for t in _collected("vllm", "-m", "slow") if t.startswith(SHARED)]
+        assert {t.split("[")[-1] for t in shared} == {"hf]", "vllm]"}
+    assert not any(t.startswith(SHARED) for t in rest)
 
 
 def test_an_unknown_tier_is_a_usage_error():

@@ -103,7 +103,7 @@ def test_stages_on_a_trajectories_file_report_their_bad_rows(tmp_path, attach):
     if not sample.is_file():
         pytest.skip("the shared real sample is not on this machine")
     rows = [r for r in pq.read_table(sample).to_pylist()[:12] if "</Parallel>\n<Summary>" in r["output"]][:8]
-    rows.insert(3, {**rows[0], "output": "no block and no final answer"})
+    rows.insert(3, {**rows[0], "index": "bad-row", "output": "no block and no final answer"})
     data = tmp_path / "cold_start.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     run_dir = tmp_path / "run"

@@ -87,27 +87,28 @@ def test_sweep_experiment_wires_the_callback_and_a_wandb_group():
 
 
 @pytest.mark.slow
-def test_two_by_two_sweep_runs_its_jobs_at_once_on_one_cluster(tmp_path):
-    """The issue's sweep command at the tiniest size: 4 jobs under the parallax_ray launcher, each its
-    own driver on one Ray cluster, all running at once (their start-to-end intervals overlap), one table.
+def test_a_sweep_runs_its_jobs_at_once_on_one_cluster(tmp_path):
+    """The issue's sweep command at the tiniest size: two jobs under the parallax_ray launcher, each its
+    own driver on one Ray cluster, both running at once (their start-to-end intervals overlap), one table.
+    (Two jobs prove it as well as four, in half the CI time; the 2 x 2 table itself is built above.)
 
-    Needs each job's placement group to fit beside the others' (4 logical CPUs x 4 jobs of 1.0) and
+    Needs each job's placement group to fit beside the other's (4 logical CPUs x 2 jobs of 1.0) and
     to be released when the job ends.
     """
     tiny = ["data.n_train=64", "data.n_test=4", "trainer.sft_batch_size=8", "trainer.prompts_per_step=2",
             "rollout.n=2", "rollout.max_new_tokens=16", "curriculum.stages.sft.steps=2",
-            "curriculum.stages.rl.steps=1", "logging.progress_bar=false", "logging.wandb_mode=disabled",
-            "cluster.include_dashboard=false", "cluster.num_cpus=8", "rollout.num_cpus=0.25",
-            "reward.num_cpus=0.25", "learner.num_cpus=0.25", "rollout.torch_threads=1", "learner.torch_threads=1"]
+            "curriculum.stages.rl.steps=1", "trainer.eval_init=false", "logging.progress_bar=false",
+            "logging.wandb_mode=disabled", "cluster.include_dashboard=false", "cluster.num_cpus=4",
+            "rollout.num_cpus=0.25", "reward.num_cpus=0.25", "learner.num_cpus=0.25", "rollout.torch_threads=1",
+            "learner.torch_threads=1"]
     cmd = [sys.executable, "-m", "orchestrator", "-m", "hydra/launcher=parallax_ray", "+experiment=parason_pa_grpo",
-           "reward.beta_sub=0.05,0.1", "reward.beta_trial=0.05,0.1", *tiny, f"hydra.sweep.dir={tmp_path}"]
+           "reward.beta_sub=0.05,0.1", "reward.beta_trial=0.1", *tiny, f"hydra.sweep.dir={tmp_path}"]
     out = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     table = json.loads((tmp_path / SUMMARY_JSON).read_text())
-    assert table["axes"] == ["reward.beta_sub", "reward.beta_trial"]
-    assert [r["status"] for r in table["jobs"]] == ["ok"] * 4
-    assert {(r["overrides"]["reward.beta_sub"], r["overrides"]["reward.beta_trial"]) for r in table["jobs"]} == {
-        ("0.05", "0.05"), ("0.05", "0.1"), ("0.1", "0.05"), ("0.1", "0.1")}
+    assert table["axes"] == ["reward.beta_sub"]  # beta_trial is given once: a constant, not an axis
+    assert [r["status"] for r in table["jobs"]] == ["ok"] * 2
+    assert {r["overrides"]["reward.beta_sub"] for r in table["jobs"]} == {"0.05", "0.1"}
     assert all("eval/acc" in r["metrics"] for r in table["jobs"])
     spans = [json.loads((tmp_path / r["job"] / "summary.json").read_text()) for r in table["jobs"]]
     spans = [(s["started_at"], s["finished_at"]) for s in spans]

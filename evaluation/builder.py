@@ -134,7 +134,7 @@ def _run_shards(teacher: Teacher, shards: list[list[dict]], fmt: str, n: int, se
 
     if not ray.is_initialized():
         ray.init(num_cpus=max(2, workers), include_dashboard=False, log_to_driver=False)
-    # Fractional CPUs: `workers` tasks fit on any cluster size (DESIGN.md §4: no placement deadlock).
+    # Fractional CPUs: `workers` tasks fit on any cluster size (no placement deadlock: Ray counts CPUs logically).
     task = ray.remote(num_cpus=0.5)(process_shard)
     pending = {}
     queue = list(enumerate(shards))

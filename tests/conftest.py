@@ -96,7 +96,7 @@ def _cluster_left_running(request):
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """The tier's tests only (PARALLAX_TIER, above); each test module one pytest-xdist group (under
-    `-n 2 --dist loadgroup`, the README's command: a module-scoped run is built by one worker, never
+    `-n 2 --dist loadgroup`, should a run use it: a module-scoped run is built by one worker, never
     twice), unless the module names a group of its own (`xdist_group`: modules that share a session run);
     `gpu`-marked tests run only where CUDA is available (the device machine)."""
     for item in items:

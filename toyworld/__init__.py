@@ -1,4 +1,4 @@
-"""Toy world: seeded, verifiable arithmetic problems with programmatic teachers (DESIGN.md §5).
+"""Toy world: seeded, verifiable arithmetic problems with programmatic teachers.
 
 Two families need the two kinds of parallelism:
 

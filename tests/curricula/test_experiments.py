@@ -1,4 +1,4 @@
-"""Every experiment composes at both scales; the paper scale carries DESIGN.md §1's numbers."""
+"""Every experiment composes at both scales; the paper scale carries the papers' numbers."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ S2 = [{"steps": None, "cycle": [{"reward": "accuracy", "params": {}, "steps": 8}
                                 {"reward": "tiered", "params": {}, "steps": 2}]}]
 SCAFFOLD = [{**S2[0], "steps": 200}, {"steps": None, "cycle": [{"reward": "accuracy", "params": {}, "steps": 1}]}]
 
-# experiment -> [(stage, steps, reward, schedule, data, settings)], the paper's numbers (DESIGN.md §1)
+# experiment -> [(stage, steps, reward, schedule, data, settings)], the papers' numbers
 PAPER_NUMBERS = {
     "parallel_r1_seen": [("sft", 58, None, [], "parallel_gsm8k", SFT_PAPER),
                          ("gsm8k", 35, "parallel_acc", [], "gsm8k_train", GSM8K_RL),

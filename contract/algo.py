@@ -89,25 +89,56 @@ def _chunk_lse(chunk: torch.Tensor, temperature: float) -> torch.Tensor:
     return (chunk.float() / temperature).logsumexp(-1)  # [B, c]
 
 
-def logsumexp_chunked(logits: torch.Tensor, temperature: float = 1.0, chunk: int = LOGIT_CHUNK) -> torch.Tensor:
+def logsumexp_chunked(logits: torch.Tensor, temperature: float = 1.0, chunk: int | None = None) -> torch.Tensor:
     """logsumexp(logits / T) over the vocabulary at every position, fp32, a chunk of positions at a
-    time. With autograd on, each chunk is checkpointed: backward recomputes its fp32 copy from the
-    logits (a view, already alive) instead of keeping it. Shapes: [B, L, V] -> [B, L]."""
-    from torch.utils.checkpoint import checkpoint
-
-    grad = torch.is_grad_enabled() and logits.requires_grad
-    parts = [checkpoint(_chunk_lse, logits[:, s:s + chunk], temperature, use_reentrant=False) if grad
-             else _chunk_lse(logits[:, s:s + chunk], temperature) for s in range(0, logits.shape[1], chunk)]
+    time; no gradient (`picked_logprobs` owns the backward). Shapes: [B, L, V] -> [B, L]."""
+    chunk = chunk or LOGIT_CHUNK
+    with torch.no_grad():
+        parts = [_chunk_lse(logits[:, s:s + chunk], temperature) for s in range(0, logits.shape[1], chunk)]
     return torch.cat(parts, 1) if parts else logits.new_zeros(logits.shape[:2], dtype=torch.float32)
+
+
+class _PickedLogprobs(torch.autograd.Function):
+    """out[b, t] = logits[b, rows[b, t], targets[b, t]] / T - lse[b, rows[b, t]], whose backward writes
+    the logits' gradient one chunk of positions at a time into one tensor of the logits' dtype:
+    d out[b, t] / d logits[b, rows[b, t], v] = (1[v = targets[b, t]] - softmax(logits / T)[v]) / T.
+    Alive at once: the logits, their gradient, one fp32 chunk (autograd's own slice-by-slice
+    backward allocated a full-size gradient per chunk)."""
+
+    @staticmethod
+    def forward(ctx, logits, rows, targets, temperature, lse):
+        b = torch.arange(logits.shape[0], device=logits.device)[:, None]
+        ctx.save_for_backward(logits, rows, targets, lse)
+        ctx.temperature = temperature
+        return logits[b, rows, targets].float() / temperature - lse.gather(1, rows)  # [B, T]
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        logits, rows, targets, lse = ctx.saved_tensors
+        temperature, chunk = ctx.temperature, LOGIT_CHUNK
+        g = grad_out.float() / temperature  # [B, T]
+        per_row = torch.zeros(lse.shape, dtype=torch.float32, device=g.device).scatter_add_(1, rows, g)  # [B, L]
+        grad = torch.empty_like(logits)
+        b_all = torch.arange(logits.shape[0], device=logits.device)[:, None].expand_as(rows)
+        for s in range(0, logits.shape[1], chunk):
+            e = min(s + chunk, logits.shape[1])
+            probs = (logits[:, s:e].float() / temperature - lse[:, s:e, None]).exp_()  # softmax, [B, c, V]
+            part = probs.mul_(per_row[:, s:e, None]).neg_()
+            hit = (rows >= s) & (rows < e)  # the picked logits whose row is in this chunk
+            part.index_put_((b_all[hit], rows[hit] - s, targets[hit]), g[hit], accumulate=True)
+            grad[:, s:e] = part
+        return grad, None, None, None, None
 
 
 def picked_logprobs(logits: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
                     lse: torch.Tensor | None = None) -> torch.Tensor:
     """log softmax(logits / T)[b, rows[b, t], targets[b, t]] without a [B, L, V] log-softmax: the one
-    logit picked, minus the chunked logsumexp of its row. Shapes: logits [B, L, V], rows and targets
-    [B, T] -> [B, T] fp32."""
+    logit picked, minus the chunked logsumexp of its row; the backward is chunked too
+    (`_PickedLogprobs`). Shapes: logits [B, L, V], rows and targets [B, T] -> [B, T] fp32."""
     if lse is None:
         lse = logsumexp_chunked(logits, temperature)  # [B, L]
+    if torch.is_grad_enabled() and logits.requires_grad:
+        return _PickedLogprobs.apply(logits, rows, targets, temperature, lse)
     b = torch.arange(logits.shape[0], device=logits.device)[:, None]
     return logits[b, rows, targets].float() / temperature - lse.gather(1, rows)  # [B, T]
 
@@ -119,7 +150,7 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: f
     """
     B, L = input_ids.shape
     rows = torch.arange(L - 1, device=logits.device).expand(B, L - 1)  # row j-1 predicts token j
-    picked = picked_logprobs(logits[:, :-1], rows, input_ids[:, 1:], temperature)  # [B, L-1]
+    picked = picked_logprobs(logits, rows, input_ids[:, 1:], temperature)  # [B, L-1] (the last row predicts nothing)
     return torch.nn.functional.pad(picked, (1, 0))  # [B, L]
 
 

@@ -194,6 +194,18 @@ def test_bench_masks_flex_cpu():
     assert r["block_mask_kib"] > 0 and isinstance(r["flex_backward"], str), run.why()
 
 
+def test_bench_learner_memory():
+    run = bench("bench_learner_memory.py", "--tokens", "2048", "--vocab", "8192", "--threads", "1",
+                "--agree-tokens", "1100")  # 1100 positions: three chunks of 512, a ragged last one
+    r = check(run, "learner_memory", ("rows", "dense_over_chunked", "max_abs_diff"))
+    rows = {x["path"]: x for x in r["rows"]}
+    assert set(rows) == {"dense", "chunked"} and all(x["tokens"] == 2048 and x["vocab"] == 8192 for x in rows.values())
+    assert all(v < 1e-5 for v in r["max_abs_diff"].values()), run.why("the chunked path disagrees with the dense one")
+    assert rows["dense"]["entropy_mean"] == pytest.approx(rows["chunked"]["entropy_mean"], abs=1e-5), run.why()
+    # no fp32 [B, L, V] copy: the dense path holds three (64 MiB each here), the chunked one a chunk's worth
+    assert rows["dense"]["peak_mib"] > 2 * rows["chunked"]["peak_mib"] > 0, run.why("the chunked path is not smaller")
+
+
 @pytest.mark.slow
 def test_bench_peer():
     prompts, generations, length = 2, 2, 8

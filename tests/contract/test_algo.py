@@ -154,8 +154,14 @@ def test_structured_logprobs_read_the_chunked_rows_they_point_at(monkeypatch):
 
     monkeypatch.setattr(algo, "LOGIT_CHUNK", 4)
     torch.manual_seed(1)
-    logits, ids = torch.randn(2, 11, 17), torch.randint(0, 17, (2, 11))
+    logits, ids = torch.randn(2, 11, 17).requires_grad_(), torch.randint(0, 17, (2, 11))
+    # rows predicting several tokens (a fork's first tokens), across chunk borders
     pred = torch.tensor([[-1, 0, 1, 1, 3, 4, 2, 6, 7, 9, 9], [-1, 0, 0, 2, 3, 3, 5, 6, 8, 8, 9]])
     dense = (logits / 1.3).log_softmax(-1)
     want = torch.where(pred >= 0, dense[torch.arange(2)[:, None], pred.clamp(min=0), ids], torch.zeros(2, 11))
-    assert (structured_token_logprobs(logits, ids, pred, 1.3) - want).abs().max() < 1e-5
+    got = structured_token_logprobs(logits, ids, pred, 1.3)
+    assert (got - want).abs().max() < 1e-5
+    weights = torch.randn(2, 11)  # a policy-gradient-shaped loss: the chunked backward, repeated rows summed
+    g_want, = torch.autograd.grad((want * weights).sum(), logits)
+    g_got, = torch.autograd.grad((got * weights).sum(), logits)
+    assert (g_want - g_got).abs().max() < 1e-5

@@ -4,8 +4,6 @@ naming its key, and a `+key` the schema does not declare is refused (contract/ra
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

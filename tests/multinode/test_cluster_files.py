@@ -100,8 +100,8 @@ def test_slurm_script_dry_run_starts_head_workers_then_the_run(tmp_path):
     assert len(heads) == 1 and "--node-ip-address=10.0.0.1" in heads[0] and "--port=6379" in heads[0]
     assert "--dashboard-host=127.0.0.1" in heads[0]
     assert workers == ["ray start --address=10.0.0.1:6379 --block"] * 2
-    assert runs == ["python -m orchestrator cluster.address=10.0.0.1:6379 cluster.shared_fs=true +experiment=smoke "
-                    "learner.num_actors=2"]
+    assert runs == [("python -m orchestrator cluster.address=10.0.0.1:6379 cluster.shared_fs=true +experiment=smoke "
+                     "learner.num_actors=2")]
     assert next(x for x in lines if x.startswith("srun")).split()[-1] == "--ip-address"  # hostname on the head
     assert "-w node-a" in next(x for x in lines if x.startswith("srun") and "--head" in x)
     # the overrides it passes compose as a run's config

@@ -137,11 +137,16 @@ class LearnerWorker:
             self.ref_model.to(self.device)
 
     # ---- scoring ----------------------------------------------------------------
+    def _autocast(self):
+        """The forward's precision (`learner.autocast`): bf16 autocast, or model.dtype throughout."""
+        return torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16, enabled=self.cfg.autocast == "bf16")
+
     def _logprobs(self, model, mb: TrainBatch, temperature: float, entropy: bool = False):
         """[b, L] logprobs of a micro-batch's rows, logits built only where its response is (0 before);
         with `entropy`, (logprobs, entropy)."""
-        return score_logprobs(model, mb.input_ids, mb.attention_mask, temperature, mb.structure(), self.device,
-                              scored=mb.response_mask, entropy=entropy)
+        with self._autocast():
+            return score_logprobs(model, mb.input_ids, mb.attention_mask, temperature, mb.structure(), self.device,
+                                  scored=mb.response_mask, entropy=entropy)
 
     @torch.no_grad()
     def compute_logprobs(self, batch: TrainBatch, temperature: float = 1.0) -> torch.Tensor:
@@ -259,7 +264,8 @@ class LearnerWorker:
         total, cells, real = 0.0, 0, 0
         micro = sft_micro_batches(batch, self.cfg)
         for i, mb in enumerate(micro):
-            loss = sft_loss(self.engine, mb, global_tokens, self.world, self.device)
+            with self._autocast():
+                loss = sft_loss(self.engine, mb, global_tokens, self.world, self.device)
             grad_norm = self._backward_step(loss, boundary=i == len(micro) - 1)
             total += float(loss.detach()) / self.world
             cells, real = cells + mb.attention_mask.numel(), real + int(mb.attention_mask.sum())

@@ -42,6 +42,41 @@ def test_grpo_step_follows_advantage_sign(tiny_model_path):
     assert all(d < 0 for d in delta[1::2]), delta  # negative advantage: less likely
 
 
+def test_bf16_autocast_trains_in_the_advantages_direction_with_fp32_weights(tiny_model_path):
+    """learner.autocast=bf16: the forward runs in bf16 (its logprobs differ from the fp32 engine's), the
+    weights stay fp32, and with the learner's own old logprobs the first ratio is still 1."""
+    import torch
+
+    import toyworld
+    from actors.learner import LearnerWorker
+    from contract import algo
+    from contract.batch import SamplingParams, Trajectory
+    from contract.config import LearnerConfig
+    from engines.hf import HFEngine
+    from layouts.causal import train_batch
+
+    engine = HFEngine(tiny_model_path)
+    tok = engine.tokenizer
+    flat = [tok(p.prompt)["input_ids"] for p in toyworld.generate("mixed", 3, seed=5) for _ in range(2)]
+    comps = engine.generate(flat, SamplingParams(max_new_tokens=16, seed=3))
+    trajs = [Trajectory(uid=str(i // 2), prompt_ids=p, response_ids=c.token_ids, logprobs=c.logprobs,
+                        finish_reason=c.finish_reason, text="") for i, (p, c) in enumerate(zip(flat, comps))]
+    batch = train_batch(trajs, algo.grpo_advantages([1.0, 0.0] * 3, [t.uid for t in trajs]), tok.pad_token_id)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = LearnerConfig(micro_batch_size=4, torch_threads=1, zero_stage=0, autocast="bf16", recompute_old_logprobs=True)
+    learner = LearnerWorker(cfg, tiny_model_path, "float32", 0, 1, f"tcp://127.0.0.1:{port}", port)
+    before = learner.compute_logprobs(batch).sum(-1)
+    gap = (before - batch.old_logprobs.sum(-1)).abs()
+    assert 1e-4 < gap.max() < 0.5 * len(comps[0].token_ids), gap  # bf16's rounding: near the engine's, not equal
+    stats = learner.grpo_step(batch, int(batch.response_mask.sum()), len(batch), lr=1e-4)
+    assert abs(stats["actor/ppo_kl"]) < 1e-4 and stats["actor/engine_logprob_gap"] > 1e-6
+    assert all(p.dtype == torch.float32 for p in learner.engine.module.parameters())
+    delta = (learner.compute_logprobs(batch).sum(-1) - before).tolist()
+    assert all(d > 0 for d in delta[0::2]) and all(d < 0 for d in delta[1::2]), delta
+
+
 def test_recomputed_old_logprobs_replace_the_engines(tiny_model_path):
     """learner.recompute_old_logprobs: the PPO ratio's denominator is the learner's own score of the
     batch (the engine's numbers only feed actor/engine_logprob_gap). Engine logprobs that are off by

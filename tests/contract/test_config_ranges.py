@@ -121,3 +121,9 @@ def test_the_cli_refuses_before_ray_starts(refused):
                           ("rollout.temperature=inf", "rollout.temperature"), ("model.path=/nonexistent", "model.path")]:
         err = refused(override)
         assert f"parallax: config error: {key}" in err, err[-2000:]
+
+
+def test_learner_autocast_is_off_or_bf16():
+    assert _validate("learner.autocast=bf16").learner.autocast == "bf16"
+    with pytest.raises(ConfigError, match="learner.autocast: must be off or bf16, got 'fp16'"):
+        _validate("learner.autocast=fp16")

@@ -206,6 +206,18 @@ def test_bench_learner_memory():
     assert rows["dense"]["peak_mib"] > 2 * rows["chunked"]["peak_mib"] > 0, run.why("the chunked path is not smaller")
 
 
+def test_bench_learner_speed():
+    run = bench("bench_learner_speed.py", "--model", "tiny", "--tokens", "32", "--steps", "1", "--warmup", "1",
+                "--threads", "1")
+    r = check(run, "learner_speed", ("model", "params", "rows"))
+    assert r["params"] > 0 and (r["batch"], r["tokens"]) == (4, 32), run.why()
+    paths = [(x["path"], x["precision"]) for x in r["rows"]]
+    assert paths == [(p, prec) for prec in ("fp32", "bf16 autocast")
+                     for p in ("plain transformers", "learner sft", "learner grpo")], run.why()
+    assert all(x["s"] > 0 and x["gflops"] > 0 for x in r["rows"]), run.why()
+    assert all(x["vs_plain"] > 0 for x in r["rows"] if x["path"] != "plain transformers"), run.why()
+
+
 @pytest.mark.slow
 def test_bench_peer():
     prompts, generations, length = 2, 2, 8

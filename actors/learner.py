@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -77,6 +78,21 @@ def sft_micro_batches(batch: SFTBatch, cfg: LearnerConfig) -> list[SFTBatch]:
     return [pack_sft_batch(mb, cfg.sft_pack_length) for mb in micro]
 
 
+def native_bf16(device: str, cpu_flags: str | None = None) -> bool:
+    """Whether `device` computes bf16 matmuls natively: a CUDA GPU that supports bf16, or a CPU whose
+    flags (/proc/cpuinfo) name AVX512_BF16 or AMX-BF16. Elsewhere bf16 is emulated, and slower than fp32."""
+    if device == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if cpu_flags is None:
+        try:
+            info = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            info = ""
+        cpu_flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
+    flags = set(cpu_flags.split())
+    return bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
 def sft_loss(model, mb: SFTBatch, global_tokens: int, world: int = 1, device="cpu") -> torch.Tensor:
     """Completion-only cross-entropy summed over the micro-batch's loss tokens / the global count.
 
@@ -139,7 +155,9 @@ class LearnerWorker:
     # ---- scoring ----------------------------------------------------------------
     def _autocast(self):
         """The forward's precision (`learner.autocast`): bf16 autocast, or model.dtype throughout."""
-        return torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16, enabled=self.cfg.autocast == "bf16")
+        device = torch.device(self.device).type
+        on = self.cfg.autocast == "bf16" or (self.cfg.autocast == "auto" and native_bf16(device))
+        return torch.autocast(device, dtype=torch.bfloat16, enabled=on)
 
     def _logprobs(self, model, mb: TrainBatch, temperature: float, entropy: bool = False):
         """[b, L] logprobs of a micro-batch's rows, logits built only where its response is (0 before);

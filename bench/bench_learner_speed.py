@@ -111,6 +111,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kinds", default="sft,grpo", help="learner steps to time (sft, grpo)")
+    ap.add_argument("--precisions", default="fp32,bf16",
+                    help="fp32, bf16 (autocast); bf16 where the CPU lacks AVX512_BF16/AMX is ~70x slower")
     args = ap.parse_args()
     import torch
 
@@ -125,7 +127,7 @@ def main() -> None:
         flop = 6 * n_params * args.batch * args.tokens
         rows = []
         worker = make_learner(path, args.batch, args.threads)
-        for bf16 in (False, True):
+        for bf16 in [p == "bf16" for p in args.precisions.split(",")]:
             precision = "bf16 autocast" if bf16 else "fp32"
             base = plain(path, ids, bf16, args.warmup, args.steps)
             rows.append({"path": "plain transformers", "precision": precision, "s": round(base, 3),
@@ -134,12 +136,16 @@ def main() -> None:
                 took = learner(worker, ids, bf16, kind, args.warmup, args.steps)
                 rows.append({"path": f"learner {kind}", "precision": precision, "s": round(took, 3),
                              "gflops": round(flop / took / 1e9, 1), "vs_plain": round(base / took, 2)})
+    from actors.learner import native_bf16
+
+    print(f"native bf16 on this CPU: {native_bf16('cpu')}")
     print(f"load {os.getloadavg()[0]:.2f}; {args.model} ({n_params / 1e6:.1f}M parameters), "
           f"{args.batch} x {args.tokens} tokens, {args.threads} threads; median of {args.steps} steps")
     print(f"{'path':<20} {'precision':<14} {'s':>8} {'GFLOP/s':>8} {'vs plain':>9}")
     for r in rows:
         print(f"{r['path']:<20} {r['precision']:<14} {r['s']:>8} {r['gflops']:>8} {r.get('vs_plain', ''):>9}")
-    print(json.dumps({"bench": "learner_speed", "loadavg": os.getloadavg()[0], "model": args.model,
+    print(json.dumps({"bench": "learner_speed", "loadavg": os.getloadavg()[0], "native_bf16": native_bf16("cpu"),
+                      "model": args.model,
                       "params": n_params, "batch": args.batch, "tokens": args.tokens, "threads": args.threads,
                       "rows": rows}))
 

@@ -221,10 +221,11 @@ class LearnerConfig:
     # bf16 against DeepSpeed, and vLLM under structured outputs, whose logprobs are after the grammar
     # mask. Costs one no-grad forward per step; on CPU (hf engine, fp32) the two agree to ~1e-6.
     recompute_old_logprobs: bool = False
-    # The forward passes under torch.autocast at this dtype (off | bf16); weights, gradients, the
-    # optimizer and the log-softmax stay in model.dtype (fp32 on CPU). On a CPU with AVX512_BF16 a
-    # SmolLM2 forward+backward runs ~2.4x faster; the engine still samples in model.dtype, so set
-    # recompute_old_logprobs=true for a PPO ratio that starts at exactly 1.
+    # The forward passes under torch.autocast at bf16 (off | bf16 | auto); weights, gradients, the
+    # optimizer and the log-softmax stay in model.dtype (fp32 on CPU). auto: bf16 where the device
+    # computes it natively (a CUDA GPU with bf16, a CPU with AVX512_BF16 or AMX), off elsewhere: on an
+    # AVX2-only CPU a bf16 matmul is ~70x slower than fp32 (bench/bench_learner_speed.py). The engine
+    # still samples in model.dtype, so set recompute_old_logprobs=true for a first ratio of exactly 1.
     autocast: str = "off"
     # Off-policy correction of stale or engine-skewed samples (needs recompute_old_logprobs): the loss
     # is weighted by pi_learner / pi_engine per token or per sequence (verl's rollout correction),
@@ -280,7 +281,8 @@ class LearnerConfig:
                f"must be truncate or mask, got {self.rollout_is_mode!r}")
         _check(self.rollout_is == "off" or self.recompute_old_logprobs, "learner.rollout_is",
                "needs learner.recompute_old_logprobs=true (the learner's logprobs of the behaviour samples)")
-        _check(self.autocast in ("off", "bf16"), "learner.autocast", f"must be off or bf16, got {self.autocast!r}")
+        _check(self.autocast in ("off", "bf16", "auto"), "learner.autocast",
+               f"must be off, bf16 or auto, got {self.autocast!r}")
         _check(self.layout in ("causal", "structured", "threadweaver"), "learner.layout",
                f"unknown layout {self.layout!r}; valid: causal, structured, threadweaver")
         _check(0 <= self.sft_warmup_ratio < 1, "learner.sft_warmup_ratio", "must be in [0, 1)")

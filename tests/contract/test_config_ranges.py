@@ -123,7 +123,17 @@ def test_the_cli_refuses_before_ray_starts(refused):
         assert f"parallax: config error: {key}" in err, err[-2000:]
 
 
-def test_learner_autocast_is_off_or_bf16():
+def test_learner_autocast_is_off_bf16_or_auto():
     assert _validate("learner.autocast=bf16").learner.autocast == "bf16"
-    with pytest.raises(ConfigError, match="learner.autocast: must be off or bf16, got 'fp16'"):
+    assert _validate("learner.autocast=auto").learner.autocast == "auto"
+    with pytest.raises(ConfigError, match="learner.autocast: must be off, bf16 or auto, got 'fp16'"):
         _validate("learner.autocast=fp16")
+
+
+def test_auto_autocast_is_bf16_only_where_the_cpu_computes_it_natively():
+    from actors.learner import native_bf16
+
+    assert native_bf16("cpu", "flags\t: fpu sse avx2 avx512f avx512_bf16 fma")
+    assert native_bf16("cpu", "flags\t: fpu avx2 amx_bf16 amx_tile")
+    assert not native_bf16("cpu", "flags\t: fpu sse avx avx2 fma")  # AVX2 only: bf16 is emulated, ~70x slower
+    assert not native_bf16("cpu", "")

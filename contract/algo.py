@@ -98,6 +98,11 @@ def logsumexp_chunked(logits: torch.Tensor, temperature: float = 1.0, chunk: int
     return torch.cat(parts, 1) if parts else logits.new_zeros(logits.shape[:2], dtype=torch.float32)
 
 
+def _picked(logits, rows, targets, temperature, lse):
+    b = torch.arange(logits.shape[0], device=logits.device)[:, None]
+    return logits[b, rows, targets].float() / temperature - lse.gather(1, rows)  # [B, T]
+
+
 class _PickedLogprobs(torch.autograd.Function):
     """out[b, t] = logits[b, rows[b, t], targets[b, t]] / T - lse[b, rows[b, t]], whose backward writes
     the logits' gradient one chunk of positions at a time into one tensor of the logits' dtype:
@@ -107,10 +112,9 @@ class _PickedLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, rows, targets, temperature, lse):
-        b = torch.arange(logits.shape[0], device=logits.device)[:, None]
         ctx.save_for_backward(logits, rows, targets, lse)
         ctx.temperature = temperature
-        return logits[b, rows, targets].float() / temperature - lse.gather(1, rows)  # [B, T]
+        return _picked(logits, rows, targets, temperature, lse)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -139,8 +143,7 @@ def picked_logprobs(logits: torch.Tensor, rows: torch.Tensor, targets: torch.Ten
         lse = logsumexp_chunked(logits, temperature)  # [B, L]
     if torch.is_grad_enabled() and logits.requires_grad:
         return _PickedLogprobs.apply(logits, rows, targets, temperature, lse)
-    b = torch.arange(logits.shape[0], device=logits.device)[:, None]
-    return logits[b, rows, targets].float() / temperature - lse.gather(1, rows)  # [B, T]
+    return _picked(logits, rows, targets, temperature, lse)
 
 
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

@@ -22,6 +22,7 @@ from actors.faults import ActorLost, get_all
 from contract import algo
 from contract.batch import Prompt, Trajectory
 from contract.config import ParallaxConfig
+from contract.seeds import DYNAMIC_ROUND, EVAL_SEED, step_seed, substream
 from curricula import Curriculum, Stage
 from layouts import Layout, get_layout
 from orchestrator import generation
@@ -75,10 +76,6 @@ def _local_model(path: str) -> Path:
         raise ValueError(f"model.path={path!r}: not a local directory, and the hub cannot give it ({e})") from None
 
 
-# RL sampling seeds: the step, plus this times trainer.seed (runs with other seeds never share a stream).
-SEED_STRIDE = 7_919_993
-# One sampling stream for every held-out evaluation (common random numbers across stages).
-EVAL_SEED = 1_000_003
 
 
 def _truths(prompts: list[Prompt], trajs: list[Trajectory]) -> list[str]:
@@ -276,7 +273,7 @@ class Trainer:
         batch = self._batch_size(stage)
         prompts = self.data.next(stage, batch)
         # trainer.seed picks the sampling stream as well as the prompt order (seed 0: the step alone).
-        seed = step + SEED_STRIDE * self.cfg.trainer.seed
+        seed = step_seed(step, self.cfg.trainer.seed)
         return generation.start(self.groups.rollout, self.weights, prompts, stage.rollout_n or self.cfg.rollout.n,
                                 seed, step, False, self.cfg.cluster.max_restarts, data_key=f"{stage.name}/{batch}")
 
@@ -294,7 +291,7 @@ class Trainer:
         while sum(len(k) for _, _, k in pool) < want and rounds < self.cfg.trainer.dynamic_sampling_rounds:
             rounds += 1
             extra = generation.start(self.groups.rollout, self.weights, self.data.next(stage, self._batch_size(stage)),
-                                     n, 1_000_003 * rounds + step + SEED_STRIDE * self.cfg.trainer.seed, step, False,
+                                     n, substream(step_seed(step, self.cfg.trainer.seed), DYNAMIC_ROUND, rounds), step, False,
                                      self.cfg.cluster.max_restarts)
             more, more_scored = self._collect(extra, stage, t)
             prompts = prompts + list(extra.prompts)

@@ -15,6 +15,7 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from contract.batch import Prompt, SFTBatch, TrainBatch
+from contract.seeds import chunk_seed
 
 
 @dataclass
@@ -107,7 +108,7 @@ def split_chunks(items: list, k: int) -> list[list]:
 class RolloutGroup(ActorGroup):
     def async_generate(self, prompts: list[Prompt], n: int, seed: int, greedy: bool = False) -> list[ray.ObjectRef]:
         """Prompts split across actors; each returns its prompts' trajectories, prompt-major."""
-        return [a.generate.remote(chunk, n, seed * 1009 + i, greedy)
+        return [a.generate.remote(chunk, n, chunk_seed(seed, i), greedy)
                 for i, (a, chunk) in enumerate(zip(self.actors, split_chunks(prompts, len(self.actors)))) if chunk]
 
 

@@ -18,6 +18,7 @@ from actors.engine_weights import EngineWeights
 from actors.faults import Redispatch, wait_alive
 from actors.group import RewardActorGroup, RolloutGroup, split_chunks
 from contract.batch import Prompt, Trajectory
+from contract.seeds import chunk_seed
 
 
 @dataclass
@@ -32,13 +33,13 @@ class Started:
     data_key: str = ""  # the data stream it drew its prompts from (a checkpoint gives them back)
 
 
-def start(rollout: RolloutGroup, weights: EngineWeights, prompts: list[Prompt], n: int, seed: int, step: int,
-          greedy: bool, max_restarts: int, data_key: str = "") -> Started:
-    """Submit `n` samples of every prompt, split over the rollout actors; chunk i draws seed*1009+i.
+def start(rollout: RolloutGroup, weights: EngineWeights, prompts: list[Prompt], *, n: int, seed: int, step: int,
+          max_restarts: int, greedy: bool = False, data_key: str = "") -> Started:
+    """Submit `n` samples of every prompt, split over the rollout actors; chunk i draws `chunk_seed(seed, i)`.
     An engine refuses it if it holds an older version than now (it restarted since)."""
     version = weights.version
     gen = Redispatch("rollout", rollout.actors,
-                     lambda a, i, chunk: a.generate.remote(chunk, n, seed * 1009 + i, greedy, None, version),
+                     lambda a, i, chunk: a.generate.remote(chunk, n, chunk_seed(seed, i), greedy, None, version),
                      weights.recover, max_restarts)
     for i, chunk in enumerate(split_chunks(prompts, len(rollout))):
         if chunk:

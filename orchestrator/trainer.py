@@ -254,8 +254,8 @@ class Trainer:
     def _generate_and_score(self, prompts: list[Prompt], n: int, seed: int, stage: Stage, step: int,
                             t: Timer, greedy: bool = False):
         """Generate on every rollout actor and score (orchestrator/generation.py): (trajectories, RewardBatch)."""
-        started = generation.start(self.groups.rollout, self.weights, prompts, n, seed, step, greedy,
-                                   self.cfg.cluster.max_restarts)
+        started = generation.start(self.groups.rollout, self.weights, prompts, n=n, seed=seed, step=step,
+                                   greedy=greedy, max_restarts=self.cfg.cluster.max_restarts)
         return self._collect(started, stage, t)
 
     def _collect(self, started: generation.Started, stage: Stage, t: Timer):
@@ -274,8 +274,9 @@ class Trainer:
         prompts = self.data.next(stage, batch)
         # trainer.seed picks the sampling stream as well as the prompt order (seed 0: the step alone).
         seed = step_seed(step, self.cfg.trainer.seed)
-        return generation.start(self.groups.rollout, self.weights, prompts, stage.rollout_n or self.cfg.rollout.n,
-                                seed, step, False, self.cfg.cluster.max_restarts, data_key=f"{stage.name}/{batch}")
+        return generation.start(self.groups.rollout, self.weights, prompts, n=stage.rollout_n or self.cfg.rollout.n,
+                                seed=seed, step=step, max_restarts=self.cfg.cluster.max_restarts,
+                                data_key=f"{stage.name}/{batch}")
 
     def _dynamic_sampling(self, stage: Stage, step: int, n: int, trajs: list[Trajectory], scored, t: Timer,
                           prompts: list[Prompt]):
@@ -290,9 +291,9 @@ class Trainer:
         rounds = 0
         while sum(len(k) for _, _, k in pool) < want and rounds < self.cfg.trainer.dynamic_sampling_rounds:
             rounds += 1
+            seed = substream(step_seed(step, self.cfg.trainer.seed), DYNAMIC_ROUND, rounds)
             extra = generation.start(self.groups.rollout, self.weights, self.data.next(stage, self._batch_size(stage)),
-                                     n, substream(step_seed(step, self.cfg.trainer.seed), DYNAMIC_ROUND, rounds), step, False,
-                                     self.cfg.cluster.max_restarts)
+                                     n=n, seed=seed, step=step, max_restarts=self.cfg.cluster.max_restarts)
             more, more_scored = self._collect(extra, stage, t)
             prompts = prompts + list(extra.prompts)
             pool.append((more, more_scored, dynamic.informative(more_scored.correct)))

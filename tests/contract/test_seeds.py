@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from contract.seeds import DYNAMIC_ROUND, EVAL_SEED, EXECUTOR_ROUND, REQUEST, RUN_STRIDE, step_seed, substream
+from contract.seeds import (
+    CHUNKS,
+    DYNAMIC_ROUND,
+    EVAL_SEED,
+    EXECUTOR_ROUND,
+    REQUEST,
+    RUN_STRIDE,
+    chunk_seed,
+    step_seed,
+    substream,
+)
 
 
 def test_step_seeds_are_the_step_plus_the_runs_stride():
@@ -19,7 +29,8 @@ def test_no_two_streams_of_a_run_meet():
             for kind, n in ((DYNAMIC_ROUND, 4), (EXECUTOR_ROUND, 12), (REQUEST, 12)) for i in range(1, n)]
     assert len(set(steps)) == len(steps) and EVAL_SEED not in steps
     assert len(set(subs)) == len(subs)  # sub-streams are distinct from each other ...
-    assert min(subs) >= 2**32 > max(steps + [EVAL_SEED]) and max(subs) < 2**63  # ... and above every step seed
+    assert min(subs) >= 2**32 > max(steps + [EVAL_SEED]) and max(subs) < 2**53  # ... and above every step seed
+    assert chunk_seed(max(subs), CHUNKS - 1) < 2**63  # a torch generator's seed, also per rollout actor
     # the collisions the old offsets made: round 1 of step 0 was the evaluation's stream (seed + 1_000_003),
     # and request 1 of step 0 was request 0 of step 1 (seed + i)
     assert substream(step_seed(0, 0), DYNAMIC_ROUND, 1) != EVAL_SEED
@@ -32,3 +43,9 @@ def test_substreams_are_deterministic_and_keyed_on_all_three():
     assert len({a, substream(13, EXECUTOR_ROUND, 3), substream(12, REQUEST, 3), substream(12, EXECUTOR_ROUND, 4)}) == 4
     with pytest.raises(ValueError, match="non-negative"):
         substream(-1, REQUEST, 0)
+
+
+def test_chunk_seeds_are_the_recorded_formula_and_bounded():
+    assert [chunk_seed(7, i) for i in range(3)] == [7063, 7064, 7065]  # seed * 1009 + i, as every recorded run
+    with pytest.raises(ValueError, match="at most 1009 rollout actors"):
+        chunk_seed(7, CHUNKS)

@@ -221,3 +221,17 @@ def truncate_metrics(path: Path, step: int) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(line + "\n" for line in keep))
     os.replace(tmp, path)
+
+
+def plain_config(cfg: Any) -> dict[str, Any]:
+    """A typed config (dataclasses) as plain JSON values."""
+    import dataclasses
+
+    return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+
+
+def config_hash(cfg: Any) -> str:
+    """sha256 of the config without where the run lives and how it was started (run_dir, resume): what a
+    checkpoint's manifest records, and what a resumed run must match."""
+    plain = {k: v for k, v in plain_config(cfg).items() if k not in ("run_dir", "resume")}
+    return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:16]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -27,7 +27,9 @@ from curricula import Curriculum, Stage
 from layouts import Layout, get_layout
 from orchestrator import generation
 from orchestrator.checkpoint import (
+    config_hash,
     find_resume_checkpoint,
+    plain_config,
     read_state,
     save_checkpoint,
     saved_config_hash,
@@ -40,6 +42,7 @@ from orchestrator.stage_table import format_table, in_table
 from orchestrator.stops import RunStopped, lost_actor_paragraph
 from orchestrator.storage import cannot_write, checkpoint_root, mirror_for
 from orchestrator.structure import trajectory_stats
+from rewards.registry import stage_spec
 
 
 def prepare_model(cfg: ParallaxConfig, run_dir: Path) -> str:
@@ -118,7 +121,7 @@ class Trainer:
         self._saved_at = time.monotonic()  # trainer.save_every_min counts from here
         self._last_saved: Path | None = None  # the newest checkpoint this run wrote (a vanished one is said)
         self._idle_said: set[str] = set()  # stages whose all-zero-advantage update was said
-        self.logger = Logger(cfg.logging, self.run_dir, _plain(cfg), self.curriculum.total_steps,
+        self.logger = Logger(cfg.logging, self.run_dir, plain_config(cfg), self.curriculum.total_steps,
                              run_id=state.get("wandb_run_id"), start=self.curriculum.global_step)
 
     # ---- per-stage settings (None in a stage: the run's config) --------------------------
@@ -259,7 +262,7 @@ class Trainer:
         return self._collect(started, stage, t)
 
     def _collect(self, started: generation.Started, stage: Stage, t: Timer):
-        return generation.collect(started, self.groups.reward, self.weights, reward_spec(stage, self.cfg.reward, self.fmt),
+        return generation.collect(started, self.groups.reward, self.weights, stage_spec(stage, self.cfg.reward, self.fmt),
                                   stage.name, t, self.cfg.cluster.max_restarts, self.cfg.cluster.start_timeout_s)
 
     def _samples_for(self, stage: Stage, step: int) -> generation.Started:
@@ -459,31 +462,6 @@ class Trainer:
         print(format_table(self.stage_table, self.cfg.trainer.eval_samples), flush=True)  # after the bar
         self.groups.shutdown()
         return summary
-
-
-def reward_spec(stage: Stage, run_reward, fmt):
-    """The reward a stage scores with: its own, else the run's; in the run's trajectory format
-    unless the params name one (rewards parse the text -- answer, structure -- in that format,
-    and their default is Parallel-R1, which would score every Parason answer wrong)."""
-    from formats.spec import format_options, resolve_spec
-    from rewards import RewardSpec
-
-    name, params = ((stage.reward, dict(stage.reward_params)) if stage.reward
-                    else (run_reward.name, dict(run_reward.params)))
-    spec = resolve_spec(fmt)
-    return RewardSpec(name, {"format": spec.name, **format_options(spec), **params})
-
-
-def _plain(cfg: ParallaxConfig) -> dict[str, Any]:
-    return json.loads(json.dumps(asdict(cfg), default=str))
-
-
-def config_hash(cfg: ParallaxConfig) -> str:
-    """sha256 of the config without where the run lives and how it was started (run_dir, resume)."""
-    import hashlib
-
-    plain = {k: v for k, v in _plain(cfg).items() if k not in ("run_dir", "resume")}
-    return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def run(cfg: ParallaxConfig) -> dict[str, Any]:

@@ -137,3 +137,16 @@ def make_params(name: str, params: Mapping[str, Any] | BaseParams | None = None)
         return cls(**kwargs)
     except (TypeError, ValueError) as e:
         raise ValueError(f"bad params for reward {name!r}: {e}") from None
+
+
+def stage_spec(stage: Any, run_reward: Any, fmt: Any) -> RewardSpec:
+    """The reward a curriculum stage scores with: its own (`stage.reward`, `stage.reward_params`), else the
+    run's (`run_reward.name`, `run_reward.params`), parsing text in the run's trajectory format `fmt` (a
+    name or a FormatSpec, with its options) unless the params name one. Rewards parse the text (answer,
+    structure) in that format, and their default, Parallel-R1, would score every Parason answer wrong."""
+    from formats.spec import format_options, resolve_spec
+
+    name, params = ((stage.reward, dict(stage.reward_params)) if stage.reward
+                    else (run_reward.name, dict(run_reward.params)))
+    spec = resolve_spec(fmt)
+    return RewardSpec(name, {"format": spec.name, **format_options(spec), **params})

@@ -1,4 +1,4 @@
-"""The driver scores every stage (and the held-out evaluation) in the run's trajectory format."""
+"""Every stage (and the held-out evaluation) scores in the run's trajectory format: rewards.registry.stage_spec."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import toyworld
 from actors.reward_worker import RewardWorker
 from contract.config import RewardConfig
 from curricula.stage import Stage
-from orchestrator.trainer import reward_spec
+from rewards.registry import stage_spec
 
 
 @pytest.fixture(scope="module")
@@ -22,29 +22,29 @@ def worker():
 def test_eval_stage_scores_teacher_traces_correct_in_the_runs_format(worker, fmt):
     problems = toyworld.generate("mixed", 6, seed=3)
     groups = [{"texts": [p.traces[fmt]], "ground_truth": p.answer} for p in problems]
-    spec = reward_spec(Stage("eval", "rl", 1, reward="accuracy"), RewardConfig(), fmt)
+    spec = stage_spec(Stage("eval", "rl", 1, reward="accuracy"), RewardConfig(), fmt)
     assert spec.params["format"] == fmt
     out = worker.score(groups, spec=spec)
     assert [c for g in out.correct for c in g] == [True] * len(problems)
 
 
 def test_parason_text_scored_as_parallel_r1_loses_its_parallel_units(worker):
-    """What the driver did before reward_spec: the format default (Parallel-R1) on Parason text. The
+    """What the driver did before stage_spec: the format default (Parallel-R1) on Parason text. The
     final answer still decides accuracy (it follows </Parallel> in both formats), but the format-aware
     reward finds no well-formed Parallel-R1 unit in it: R_parallel x R_acc is 0 instead of 1."""
     p = toyworld.generate("mixed", 1, seed=3)[0]
     for fmt, hit in (("parallel_r1", 0.0), ("parason", 1.0)):
-        spec = reward_spec(Stage("rl", "rl", 1, reward="parallel_acc"), RewardConfig(), fmt)
+        spec = stage_spec(Stage("rl", "rl", 1, reward="parallel_acc"), RewardConfig(), fmt)
         out = worker.score([{"texts": [p.traces["parason"]], "ground_truth": p.answer}], spec=spec)
         assert (out.correct, out.rewards) == ([[True]], [[hit]]), fmt
 
 
 def test_stage_params_and_run_reward():
     run = RewardConfig(name="pa_grpo", beta_sub=0.1)
-    spec = reward_spec(Stage("rl", "rl", 1), run, "parason")  # no stage reward: the run's
+    spec = stage_spec(Stage("rl", "rl", 1), run, "parason")  # no stage reward: the run's
     assert (spec.name, spec.params["format"], spec.params["beta_sub"]) == ("pa_grpo", "parason", 0.1)
     explicit = Stage("rl", "rl", 1, reward="accuracy", reward_params={"format": "parallel_r1"})
-    assert reward_spec(explicit, run, "parason").params["format"] == "parallel_r1"
+    assert stage_spec(explicit, run, "parason").params["format"] == "parallel_r1"
 
 
 def test_the_runs_format_options_reach_teachers_and_rewards(worker):
@@ -58,7 +58,7 @@ def test_the_runs_format_options_reach_teachers_and_rewards(worker):
     train, _ = load_problems(cfg)
     trace = train[0].traces["parallel_r1"]
     assert "<Summary>" in trace and "</Summary></Parallel>" in trace  # the teacher writes inside
-    spec = reward_spec(Stage("rl", "rl", 1, reward="parallel_acc"), RewardConfig(), cfg.spec)
+    spec = stage_spec(Stage("rl", "rl", 1, reward="parallel_acc"), RewardConfig(), cfg.spec)
     assert (spec.params["summary_placement"], spec.params["summary_accept"]) == ("inside", "inside")
     after = trace.replace("</Summary></Parallel>", "</Summary>").replace("<Summary>", "</Parallel><Summary>")
     assert parse(after, "parallel_r1").ok  # the default spec reads it...

@@ -47,8 +47,11 @@ def _splitmix64(x: int) -> int:
 
 
 def substream(seed: int, kind: int, index: int) -> int:
-    """The seed of sub-stream `index` of `kind` under `seed`: deterministic, in [2**32, 2**53)."""
+    """The seed of sub-stream `index` of `kind` under `seed`: index 0 is `seed` itself (a call's first
+    round or request keeps the call's stream); every other index is deterministic, in [2**32, 2**53)."""
     if seed < 0 or index < 0:
         raise ValueError(f"seeds and indices are non-negative, got seed={seed}, index={index}")
+    if index == 0:
+        return seed
     h = _splitmix64(_splitmix64(_splitmix64(seed & _MASK) ^ kind) ^ index)
     return _LOW + h % (_HIGH - _LOW)

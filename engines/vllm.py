@@ -144,7 +144,7 @@ class VLLMEngine:
         grammars = grammar if isinstance(grammar, list) else [grammar] * len(prompts)
         limits = limits if limits is not None else [params.max_new_tokens] * len(prompts)
         scripts = self._scripts(processor, len(prompts))
-        sps = [self._sampling(params, m, g, substream(params.seed, REQUEST, i) if i else params.seed, scripts[i])
+        sps = [self._sampling(params, m, g, substream(params.seed, REQUEST, i), scripts[i])
                for i, (m, g) in enumerate(zip(limits, grammars))]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sps, use_tqdm=False)
         return [self._completion(out) for out in outs]

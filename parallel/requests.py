@@ -108,14 +108,10 @@ class RequestExecutor(ExecutorBase):
                              f"{type(self.engine).__name__} does not")
         return self.cfg.driver == "async" or (self.cfg.driver == "auto" and streams)
 
-    def _seed(self, index: int) -> int:
-        """Round (or submitted request) `index`'s seed: the call's own first, then its sub-streams."""
-        return self._params.seed if index == 0 else substream(self._params.seed, EXECUTOR_ROUND, index)
-
     def _run_rounds(self, pending: list[_Req]) -> None:
         """Every live request in one `generate` call; the next round when all are back."""
         while pending:
-            sp = dataclasses.replace(self._sp, seed=self._seed(self.rounds))
+            sp = dataclasses.replace(self._sp, seed=substream(self._params.seed, EXECUTOR_ROUND, self.rounds))
             limits = [self._limit(r) for r in pending]
             kw = {}
             if self.cfg.grammar:
@@ -147,7 +143,7 @@ class RequestExecutor(ExecutorBase):
                 if id(r) in busy:
                     continue
                 lim = self._limit(r)
-                sp = dataclasses.replace(self._sp, max_new_tokens=lim, seed=self._seed(submitted))
+                sp = dataclasses.replace(self._sp, max_new_tokens=lim, seed=substream(self._params.seed, EXECUTOR_ROUND, submitted))
                 kw = {} if self.processor is None else {"processor": engine_processor(self.processor, [r.view()])}
                 self.engine.submit(submitted, list(r.context), sp, lim, self._grammar(r) if self.cfg.grammar else None,
                                    **kw)

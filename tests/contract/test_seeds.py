@@ -38,6 +38,7 @@ def test_no_two_streams_of_a_run_meet():
 
 
 def test_substreams_are_deterministic_and_keyed_on_all_three():
+    assert substream(12, REQUEST, 0) == 12  # index 0: the call's own stream
     a = substream(12, EXECUTOR_ROUND, 3)
     assert a == substream(12, EXECUTOR_ROUND, 3)
     assert len({a, substream(13, EXECUTOR_ROUND, 3), substream(12, REQUEST, 3), substream(12, EXECUTOR_ROUND, 4)}) == 4

@@ -14,6 +14,7 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from actors.faults import summary
 from actors.files import pack_model
 from actors.group import BundleSpec, LearnerGroup, RewardActorGroup, RolloutGroup, reserve
 from actors.locks import extensions_dir
@@ -122,8 +123,11 @@ class Groups:
     # actor can build from them again.
     model_files: object = None
 
-    def placement(self) -> dict[str, dict[str, str]]:
-        """Where each actor runs: `rollout_0` -> its node id and IP, and the model path it loaded."""
+    def placement(self, timeout_s: float = 30.0) -> dict[str, dict[str, str]]:
+        """Where each actor runs: `rollout_0` -> its node id and IP, and the model path it loaded. A
+        rollout or reward actor that is restarting or lost as the run ends (a kill between the last step
+        and the summary) is reported as `{"unavailable": why}`: the run's work is done and saved, and a
+        summary must not fail it."""
         def where(worker) -> dict[str, str]:
             ctx = ray.get_runtime_context()
             return {"node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(),
@@ -131,7 +135,13 @@ class Groups:
 
         refs = {f"{g.role}_{i}": a.__ray_call__.remote(where) for g in (self.rollout, self.reward, self.learner)
                 for i, a in enumerate(g.actors)}
-        return dict(zip(refs, ray.get(list(refs.values()))))
+        out = {}
+        for name, ref in refs.items():
+            try:
+                out[name] = ray.get(ref, timeout=timeout_s)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+                out[name] = {"unavailable": summary(e)}
+        return out
 
     def shutdown(self) -> None:
         """Free the run's actors and placement group (sweep jobs share one Ray cluster)."""

@@ -90,3 +90,25 @@ def test_the_driver_never_chooses_the_actors_accelerator(ray_cluster):
         return os.environ.get("DS_ACCELERATOR")
 
     assert ray_cluster.get(seen.remote()) == os.environ.get("DS_ACCELERATOR")  # only what the user set, if any
+
+
+def test_the_run_summary_names_an_actor_lost_as_the_run_ends(ray_cluster):
+    """A soak's kill can land between the last step and the summary (clean-clone CI): the finished run's
+    placement names the lost actor instead of failing the run on it."""
+    from types import SimpleNamespace
+
+    from orchestrator.setup import Groups
+
+    @ray_cluster.remote(num_cpus=0)
+    class Worker:
+        model_path = "/m"
+
+    live, lost = Worker.remote(), Worker.options(max_restarts=0).remote()
+    ray_cluster.get(live.__ray_ready__.remote())
+    ray_cluster.kill(lost)
+    group = lambda role, actors: SimpleNamespace(role=role, actors=actors)  # noqa: E731
+    groups = Groups(group("rollout", [live]), group("reward", [lost]), group("learner", []), None, None)
+    placed = groups.placement(timeout_s=20)
+    assert placed["rollout_0"]["model_path"] == "/m" and placed["rollout_0"]["ip"]
+    assert set(placed["reward_0"]) == {"unavailable"} and "dead" in placed["reward_0"]["unavailable"]
+    ray_cluster.kill(live)

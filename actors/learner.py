@@ -11,7 +11,6 @@ only to itself (`layouts.packing.pack_sft_batch`); the token-sum loss is the sam
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -298,22 +297,65 @@ class LearnerWorker:
         opt.state.clear()
 
     # ---- weights ----------------------------------------------------------------
+    # Export goes bucket by bucket: under ZeRO-3 only one bucket's parameters are gathered at a time
+    # (a Qwen3-4B rank never holds the whole model at once), and ZeRO-0/1/2, whose parameters are whole
+    # on every rank, take the same path. Every rank walks the same buckets (the gathers are collective).
+    EXPORT_BUCKET_BYTES = 256 << 20
+
+    def _named_weights(self) -> list[tuple[str, torch.Tensor]]:
+        """The state dict's names and the module's own tensors (a tied weight: one object, two names)."""
+        return list(self.engine.module.state_dict(keep_vars=True).items())
+
+    def _plan(self, bucket_bytes: int):
+        """The export's buckets and aliases from metadata alone (ZeRO-3's full shapes): no gather."""
+        from engines.collective import SyncPlan, TensorMeta, plan_buckets
+
+        first: dict[int, str] = {}
+        metas, tied = [], []
+        for name, t in self._named_weights():
+            if id(t) in first:
+                tied.append((name, first[id(t)]))
+                continue
+            first[id(t)] = name
+            metas.append(TensorMeta(name, str(t.dtype).removeprefix("torch."), tuple(getattr(t, "ds_shape", t.shape))))
+        return SyncPlan(tuple(plan_buckets(metas, bucket_bytes)), tuple(tied))
+
+    def _pieces(self, plan):
+        """Per bucket of `plan`, in order, on every rank: {name: full tensor} while only that bucket's
+        parameters are gathered (ZeRO-3); the tensors are valid until the next piece is asked for."""
+        import deepspeed
+
+        named = dict(self._named_weights())
+        for bucket in plan.buckets:
+            tensors = [named[m.name] for m in bucket.tensors]
+            partitioned = [t for t in tensors if hasattr(t, "ds_id")]
+            with deepspeed.zero.GatheredParameters(partitioned, enabled=bool(partitioned)):
+                yield {m.name: named[m.name] for m in bucket.tensors}
+
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Full (gathered) CPU weights; every rank must call it under ZeRO-3, rank 0's result is used."""
-        with self._full_weights() as state:
-            return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
+        """Full CPU weights, in the module's state-dict order (a tied name shares its source's tensor).
+        Every rank must call it (ZeRO-3 gathers bucket by bucket); rank 0 returns them, the others {}."""
+        plan = self._plan(self.EXPORT_BUCKET_BYTES)
+        out: dict[str, torch.Tensor] = {}
+        for piece in self._pieces(plan):
+            if self.rank == 0:
+                out |= {k: v.detach().to("cpu", copy=True) for k, v in piece.items()}
+        if self.rank != 0:
+            return {}
+        out |= {alias: out[src] for alias, src in plan.aliases}
+        return {name: out[name] for name, _ in self._named_weights()}
 
     def open_sync(self, address: str, world_size: int, backend: str, timeout_s: float,
                   bucket_bytes: int) -> dict | None:
-        """Join the weight-sync group as its rank 0 (learner rank 0 only; the others gather under ZeRO-3).
-        Returns the bucket plan every receiver follows, in wire form (`engines.collective`)."""
+        """Join the weight-sync group as its rank 0 (learner rank 0 only; every rank keeps the bucket
+        plan, which `send_weights` walks in step). Returns the plan every receiver follows, in wire form
+        (`engines.collective`)."""
         from actors.faults import abandonable
-        from engines.collective import SyncGroup, plan_for, plan_to_wire
+        from engines.collective import SyncGroup, plan_to_wire
 
-        with self._full_weights() as state:
-            if self.rank != 0:
-                return None
-            self._sync_plan = plan_for(state, bucket_bytes)
+        self._sync_plan = self._plan(bucket_bytes)
+        if self.rank != 0:
+            return None
         self.close_sync()
         # the rendezvous waits for every member: the driver cancels this task when one dies meanwhile
         self._sync = abandonable(lambda: SyncGroup(address, 0, world_size, backend, timeout_s), "weight-sync rendezvous")
@@ -329,25 +371,21 @@ class LearnerWorker:
         return os.getpid()
 
     def send_weights(self) -> dict[str, float] | None:
-        """Broadcast the current weights over the sync group (rank 0; every rank joins the ZeRO-3 gather)."""
+        """Broadcast the current weights over the sync group, bucket by bucket (rank 0 sends; every rank
+        joins each bucket's ZeRO-3 gather). Under ZeRO-3 a bucket is copied out before its gather ends."""
         import time
 
-        with self._full_weights() as state:
-            if self.rank != 0:
-                return None
-            t = time.perf_counter()
-            sent = self._sync.send(self._sync_plan, state)
+        t = time.perf_counter()
+        pieces = self._pieces(self._sync_plan)
+        if self.rank != 0:
+            for _ in pieces:
+                pass
+            return None
+        sent = self._sync.send(self._sync_plan, pieces, copy=self.cfg.zero_stage == 3)
+        for _ in pieces:  # leaves the last bucket's gather, as the other ranks do
+            pass
         return {"sync/bytes": float(sent), "sync/buckets": float(len(self._sync_plan.buckets)),
                 "timing/sync_send": time.perf_counter() - t}
-
-    @contextlib.contextmanager
-    def _full_weights(self):
-        """Context: the module's full state dict, in place (no copy; gathered under ZeRO-3)."""
-        import deepspeed
-
-        module = self.engine.module
-        with deepspeed.zero.GatheredParameters(list(module.parameters()), enabled=self.cfg.zero_stage == 3):
-            yield module.state_dict()
 
     def save_pretrained(self, path: str) -> None:
         """Hugging Face checkpoint (rank 0 writes; every rank must call it under ZeRO-3)."""

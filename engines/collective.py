@@ -14,7 +14,8 @@ buffer it received and hands them to its engine's loader (which copies them into
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -134,10 +135,10 @@ def _in_place(bucket: Bucket, state: dict[str, torch.Tensor], device: str) -> to
     return torch.empty(0, dtype=torch.uint8, device=first.device).set_(storage, start, (end - start,))
 
 
-def pack(bucket: Bucket, state: dict[str, torch.Tensor], device: str = "cpu") -> torch.Tensor:
-    """The bucket's tensors, bytes back to back, in one uint8 buffer on `device` (a view of their own
-    memory when they already lie so; the sender only reads it)."""
-    view = _in_place(bucket, state, device)
+def pack(bucket: Bucket, state: Mapping[str, torch.Tensor], device: str = "cpu", view: bool = True) -> torch.Tensor:
+    """The bucket's tensors, bytes back to back, in one uint8 buffer on `device` (with `view`, a view of
+    their own memory when they already lie so; the sender only reads it)."""
+    view = _in_place(bucket, state, device) if view else None
     if view is not None:
         return view
     buf = torch.empty(bucket.nbytes, dtype=torch.uint8, device=device)
@@ -224,12 +225,19 @@ class SyncGroup:
         opts.rootRank = 0
         return self.pg.broadcast([buf], opts)
 
-    def send(self, plan: SyncPlan, state: dict[str, torch.Tensor]) -> int:
-        """Rank 0: broadcast every bucket, up to INFLIGHT at once (packing the next meanwhile)."""
+    def send(self, plan: SyncPlan, state: Mapping[str, torch.Tensor] | Iterable[Mapping[str, torch.Tensor]],
+             copy: bool = False) -> int:
+        """Rank 0: broadcast every bucket, up to INFLIGHT at once (packing the next meanwhile). `state`: the
+        whole state dict, or one mapping per bucket in plan order (a ZeRO-3 learner's gathered pieces,
+        valid until the next is drawn: `copy=True` packs each into a buffer of its own)."""
         assert self.rank == 0, "only rank 0 sends"
+        pieces = itertools.repeat(state) if isinstance(state, Mapping) else iter(state)
         sent, pending = 0, []
         for bucket in plan.buckets:
-            buf = pack(bucket, state, self.device)
+            piece = next(pieces, None)
+            if piece is None:
+                raise ValueError(f"weight sync: {len(plan.buckets)} buckets planned, fewer pieces given")
+            buf = pack(bucket, piece, self.device, view=not copy)
             if len(pending) == INFLIGHT:
                 pending.pop(0).wait()
             pending.append(self._broadcast(buf))

@@ -115,3 +115,55 @@ def test_two_learners_zero2_match_one_learner(ray_cluster, tiny_model_path):
     # few weights by a fraction of lr, so compare parameters at a tolerance well below lr.
     diff = max((results[1][k] - results[2][k]).abs().max().item() for k in results[1])
     assert diff < 1e-4, diff
+
+
+def test_zero3_exports_bucket_by_bucket_and_equals_zero1(ray_cluster, tiny_model_path, tmp_path):
+    """ZeRO-3 export gathers one bucket's parameters at a time (never the whole model), and its weights
+    -- the state dict, and what the collective sync sends -- equal ZeRO-1's bit for bit."""
+    from ray.util import remove_placement_group
+
+    from engines.collective import SyncGroup, plan_for, plan_from_wire
+
+    def _walk(worker, bucket_bytes):
+        """On a learner (defined here: Ray pickles it by value): its export plan, and per bucket the
+        piece's names and the parameters whole meanwhile."""
+        plan = worker._plan(bucket_bytes)
+        seen = []
+        for piece in worker._pieces(plan):
+            whole = {n for n, p in worker.engine.module.named_parameters() if p.numel() > 0}
+            seen.append((set(piece), whole))
+        return plan, seen, {n for n, p in worker.engine.module.named_parameters() if p.numel() > 0}
+
+    bucket = 64 << 10  # the tiny model (~3.4 MB) takes many buckets
+    exports, received = {}, {}
+    for stage in (1, 3):
+        group, pg = _learners(ray_cluster, tiny_model_path, 2, stage)
+        exports[stage] = ray_cluster.get(group.async_call("state_dict"))  # every rank's answer
+        if stage == 3:
+            walks = ray_cluster.get([a.__ray_call__.remote(_walk, bucket) for a in group.actors])
+        address = f"file://{tmp_path}/sync-z{stage}"
+        opened = group.async_call("open_sync", address, 2, "gloo", 60.0, bucket)
+        receiver = SyncGroup(address, 1, 2, "gloo", 60.0)  # this process is the engine
+        plan = plan_from_wire(ray_cluster.get(opened)[0])
+        sending = group.async_call("send_weights")
+        got = dict(receiver.receive(plan))
+        received[stage] = {k: v.clone() for k, v in got.items()}
+        sent = ray_cluster.get(sending)
+        assert sent[1] is None and sent[0]["sync/buckets"] == len(plan.buckets) > 1
+        receiver.close()
+        for a in group.actors:
+            ray_cluster.kill(a)
+        remove_placement_group(pg)
+
+    full = exports[1][0]
+    assert exports[1][1] == exports[3][1] == {}  # rank 0 serves the weights
+    assert list(exports[3][0]) == list(full)
+    assert all(torch.equal(exports[3][0][k], v) for k, v in full.items())
+    assert set(received[3]) == set(received[1]) == set(full)
+    assert all(torch.equal(received[3][k], full[k]) and torch.equal(received[1][k], full[k]) for k in full)
+
+    (plan0, seen0, rest0), (plan1, seen1, rest1) = walks
+    assert plan0 == plan1 == plan_for(full, bucket)  # from metadata alone, the plan of the whole state
+    assert rest0 == rest1 == set()  # outside a piece, every parameter stays partitioned
+    for (names, whole0), (_, whole1) in zip(seen0, seen1):
+        assert whole0 == whole1 == {n for n in names if n != "lm_head.weight"}  # that bucket's, no more

@@ -94,32 +94,11 @@ def _learners(ray_cluster, model_path, world: int, stage: int):
                                        "init_method": init, "master_port": port}, f"dp{world}-z{stage}"), pg
 
 
-def test_two_learners_zero2_match_one_learner(ray_cluster, tiny_model_path):
-    """Data parallel over gloo: 2 ranks x half the batch == 1 rank x the whole batch."""
-    from ray.util import remove_placement_group
-
-    batch = _sft_batch(tiny_model_path)
-    results, stats = {}, {}
-    for world in (1, 2):
-        group, pg = _learners(ray_cluster, tiny_model_path, world, stage=2)
-        stats[world] = ray_cluster.get(group.async_sft_step(batch, lr=1e-3))
-        results[world] = ray_cluster.get(group.async_state_dict())
-        for a in group.actors:
-            ray_cluster.kill(a)
-        remove_placement_group(pg)
-    # The all-reduced gradient is the full batch's: same global norm and same summed loss.
-    norm1, norm2 = stats[1][0]["sft/grad_norm"], [s["sft/grad_norm"] for s in stats[2]]
-    assert norm2 == pytest.approx([norm1, norm1], rel=1e-5)
-    assert sum(s["sft/loss"] for s in stats[2]) == pytest.approx(stats[1][0]["sft/loss"], rel=1e-5)
-    # Adam's first step is ~lr * sign(g): tiny float differences in near-zero gradients move a
-    # few weights by a fraction of lr, so compare parameters at a tolerance well below lr.
-    diff = max((results[1][k] - results[2][k]).abs().max().item() for k in results[1])
-    assert diff < 1e-4, diff
-
-
-def test_zero3_exports_bucket_by_bucket_and_equals_zero1(ray_cluster, tiny_model_path, tmp_path):
-    """ZeRO-3 export gathers one bucket's parameters at a time (never the whole model), and its weights
-    -- the state dict, and what the collective sync sends -- equal ZeRO-1's bit for bit."""
+def test_two_zero3_learners_match_one_learner(ray_cluster, tiny_model_path, tmp_path):
+    """Two ZeRO-3 ranks against one ZeRO-1 rank. Export: ZeRO-3 gathers one bucket's parameters at a
+    time (never the whole model), and its weights -- the state dict, and what the collective sync
+    sends -- equal ZeRO-1's bit for bit. Data parallel over gloo: 2 ranks x half the batch == 1 rank x
+    the whole batch."""
     from ray.util import remove_placement_group
 
     from engines.collective import SyncGroup, plan_for, plan_from_wire
@@ -135,28 +114,31 @@ def test_zero3_exports_bucket_by_bucket_and_equals_zero1(ray_cluster, tiny_model
         return plan, seen, {n for n, p in worker.engine.module.named_parameters() if p.numel() > 0}
 
     bucket = 64 << 10  # the tiny model (~3.4 MB) takes many buckets
-    exports, received = {}, {}
-    for stage in (1, 3):
-        group, pg = _learners(ray_cluster, tiny_model_path, 2, stage)
+    batch = _sft_batch(tiny_model_path)
+    exports, received, stats, results = {}, {}, {}, {}
+    for world, stage in ((1, 1), (2, 3)):
+        group, pg = _learners(ray_cluster, tiny_model_path, world, stage)
         exports[stage] = ray_cluster.get(group.async_call("state_dict"))  # every rank's answer
         if stage == 3:
             walks = ray_cluster.get([a.__ray_call__.remote(_walk, bucket) for a in group.actors])
         address = f"file://{tmp_path}/sync-z{stage}"
-        opened = group.async_call("open_sync", address, 2, "gloo", 60.0, bucket)
+        opened = group.async_call("open_sync", address, 2, "gloo", 60.0, bucket)  # the sync group is 2 wide
         receiver = SyncGroup(address, 1, 2, "gloo", 60.0)  # this process is the engine
         plan = plan_from_wire(ray_cluster.get(opened)[0])
         sending = group.async_call("send_weights")
         got = dict(receiver.receive(plan))
         received[stage] = {k: v.clone() for k, v in got.items()}
         sent = ray_cluster.get(sending)
-        assert sent[1] is None and sent[0]["sync/buckets"] == len(plan.buckets) > 1
+        assert sent[1:] == [None] * (world - 1) and sent[0]["sync/buckets"] == len(plan.buckets) > 1
         receiver.close()
+        stats[world] = ray_cluster.get(group.async_sft_step(batch, lr=1e-3))
+        results[world] = ray_cluster.get(group.async_state_dict())
         for a in group.actors:
             ray_cluster.kill(a)
         remove_placement_group(pg)
 
     full = exports[1][0]
-    assert exports[1][1] == exports[3][1] == {}  # rank 0 serves the weights
+    assert exports[3][1] == {}  # rank 0 serves the weights
     assert list(exports[3][0]) == list(full)
     assert all(torch.equal(exports[3][0][k], v) for k, v in full.items())
     assert set(received[3]) == set(received[1]) == set(full)
@@ -167,3 +149,13 @@ def test_zero3_exports_bucket_by_bucket_and_equals_zero1(ray_cluster, tiny_model
     assert rest0 == rest1 == set()  # outside a piece, every parameter stays partitioned
     for (names, whole0), (_, whole1) in zip(seen0, seen1):
         assert whole0 == whole1 == {n for n in names if n != "lm_head.weight"}  # that bucket's, no more
+
+    # The all-reduced gradient is the full batch's: same global norm and same summed loss.
+    norm1, norm2 = stats[1][0]["sft/grad_norm"], [s["sft/grad_norm"] for s in stats[2]]
+    assert norm2 == pytest.approx([norm1, norm1], rel=1e-5)
+    assert sum(s["sft/loss"] for s in stats[2]) == pytest.approx(stats[1][0]["sft/loss"], rel=1e-5)
+    # Adam's first step is ~lr * sign(g): tiny float differences in near-zero gradients move a
+    # few weights by a fraction of lr, so compare parameters at a tolerance well below lr.
+    diff = max((results[1][k] - results[2][k]).abs().max().item() for k in results[1])
+    assert diff < 1e-4, diff
+    assert any(not torch.equal(results[1][k], full[k]) for k in full), "the SFT step changed nothing"

@@ -106,7 +106,7 @@ def test_the_run_summary_names_an_actor_lost_as_the_run_ends(ray_cluster):
     live, lost = Worker.remote(), Worker.options(max_restarts=0).remote()
     ray_cluster.get(live.__ray_ready__.remote())
     ray_cluster.kill(lost)
-    group = lambda role, actors: SimpleNamespace(role=role, actors=actors)  # noqa: E731
+    group = lambda role, actors: SimpleNamespace(role=role, actors=actors)
     groups = Groups(group("rollout", [live]), group("reward", [lost]), group("learner", []), None, None)
     placed = groups.placement(timeout_s=20)
     assert placed["rollout_0"]["model_path"] == "/m" and placed["rollout_0"]["ip"]

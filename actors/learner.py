@@ -337,9 +337,14 @@ class LearnerWorker:
         Every rank must call it (ZeRO-3 gathers bucket by bucket); rank 0 returns them, the others {}."""
         plan = self._plan(self.EXPORT_BUCKET_BYTES)
         out: dict[str, torch.Tensor] = {}
-        for piece in self._pieces(plan):
-            if self.rank == 0:
-                out |= {k: v.detach().to("cpu", copy=True) for k, v in piece.items()}
+        pieces = self._pieces(plan)
+        try:
+            for piece in pieces:
+                if self.rank == 0:
+                    out |= {k: v.detach().to("cpu", copy=True) for k, v in piece.items()}
+        finally:  # every rank walks every bucket (the gathers are collective), whatever failed here
+            for _ in pieces:
+                pass
         if self.rank != 0:
             return {}
         out |= {alias: out[src] for alias, src in plan.aliases}
@@ -381,9 +386,11 @@ class LearnerWorker:
             for _ in pieces:
                 pass
             return None
-        sent = self._sync.send(self._sync_plan, pieces, copy=self.cfg.zero_stage == 3)
-        for _ in pieces:  # leaves the last bucket's gather, as the other ranks do
-            pass
+        try:
+            sent = self._sync.send(self._sync_plan, pieces, copy=self.cfg.zero_stage == 3)
+        finally:  # every bucket's gather, as the other ranks do, even when a receiver failed mid-send:
+            for _ in pieces:  # else their next gather pairs with this rank's next one, out of step
+                pass
         return {"sync/bytes": float(sent), "sync/buckets": float(len(self._sync_plan.buckets)),
                 "timing/sync_send": time.perf_counter() - t}
 

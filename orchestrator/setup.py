@@ -124,10 +124,10 @@ class Groups:
     model_files: object = None
 
     def placement(self, timeout_s: float = 30.0) -> dict[str, dict[str, str]]:
-        """Where each actor runs: `rollout_0` -> its node id and IP, and the model path it loaded. A
-        rollout or reward actor that is restarting or lost as the run ends (a kill between the last step
-        and the summary) is reported as `{"unavailable": why}`: the run's work is done and saved, and a
-        summary must not fail it."""
+        """Where each actor runs: `rollout_0` -> its node id and IP, and the model path it loaded. An
+        actor that is restarting or lost as the run ends (a kill between the last step and the summary)
+        is reported as `{"unavailable": why}`, all within one `timeout_s`: the run's work is done and
+        saved, and a summary must not fail it."""
         def where(worker) -> dict[str, str]:
             ctx = ray.get_runtime_context()
             return {"node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(),
@@ -135,11 +135,14 @@ class Groups:
 
         refs = {f"{g.role}_{i}": a.__ray_call__.remote(where) for g in (self.rollout, self.reward, self.learner)
                 for i, a in enumerate(g.actors)}
+        if not refs:
+            return {}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)  # one deadline
         out = {}
         for name, ref in refs.items():
             try:
-                out[name] = ray.get(ref, timeout=timeout_s)
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+                out[name] = ray.get(ref, timeout=0) if ref in ready else {"unavailable": f"no answer in {timeout_s:.0f} s"}
+            except ray.exceptions.RayActorError as e:
                 out[name] = {"unavailable": summary(e)}
         return out
 

@@ -113,6 +113,18 @@ def test_two_zero3_learners_match_one_learner(ray_cluster, tiny_model_path, tmp_
             seen.append((set(piece), whole))
         return plan, seen, {n for n, p in worker.engine.module.named_parameters() if p.numel() > 0}
 
+    def _break_sync(worker):
+        """Rank 0's sync group fails after its first bucket, as when an engine dies mid-send."""
+        class Lost:
+            def send(self, plan, pieces, copy=False):
+                next(iter(pieces))
+                raise ConnectionError("receiver lost")
+
+            def close(self):
+                pass
+
+        worker._sync = Lost()
+
     bucket = 64 << 10  # the tiny model (~3.4 MB) takes many buckets
     batch = _sft_batch(tiny_model_path)
     exports, received, stats, results = {}, {}, {}, {}
@@ -131,6 +143,14 @@ def test_two_zero3_learners_match_one_learner(ray_cluster, tiny_model_path, tmp_
         sent = ray_cluster.get(sending)
         assert sent[1:] == [None] * (world - 1) and sent[0]["sync/buckets"] == len(plan.buckets) > 1
         receiver.close()
+        if stage == 3:  # a receiver lost mid-send: rank 0 still walks every bucket, the ranks stay in step
+            ray_cluster.get(group.actors[0].__ray_call__.remote(_break_sync))
+            failed = group.async_call("send_weights")
+            with pytest.raises(ray_cluster.exceptions.RayTaskError, match="receiver lost"):
+                ray_cluster.get(failed[0], timeout=120)
+            assert ray_cluster.get(failed[1], timeout=120) is None
+            again = ray_cluster.get(group.async_call("state_dict"), timeout=120)
+            assert all(torch.equal(again[0][k], v) for k, v in exports[3][0].items()) and again[1] == {}
         stats[world] = ray_cluster.get(group.async_sft_step(batch, lr=1e-3))
         results[world] = ray_cluster.get(group.async_state_dict())
         for a in group.actors:

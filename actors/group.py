@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -131,6 +132,30 @@ class LearnerGroup(ActorGroup):
         world = len(self.actors)
         tokens = int(batch.loss_mask.sum())
         return [a.sft_step.remote(batch.shard(r, world), tokens, lr, weight_decay) for r, a in enumerate(self.actors)]
+
+    def save(self, out: Path, shared_fs: bool) -> None:
+        """The learners' weights (`out/model`) and training state (`out/training_state`): written by the
+        ranks themselves on a shared filesystem, else handed over as files and written here."""
+        from actors.faults import get_all
+        from actors.files import write_tree
+
+        if shared_fs:
+            get_all(self.async_call("save_pretrained", str(out / "model")), "learner")
+            get_all(self.async_call("save_training_state", str(out / "training_state")), "learner")
+        else:  # each rank writes on its node and hands the files over; they are stored here
+            for files in get_all(self.async_call("save_files"), "learner"):
+                write_tree(out, files)
+
+    def load_training_state(self, ckpt: Path, shared_fs: bool) -> None:
+        """Every rank's optimizer and schedule from `ckpt/training_state`, read there or sent as files."""
+        from actors.faults import get_all
+        from actors.files import read_tree
+
+        if shared_fs:
+            get_all(self.async_call("load_training_state", str(ckpt / "training_state")), "learner")
+        else:
+            files = ray.put({f"training_state/{k}": v for k, v in read_tree(ckpt / "training_state").items()})
+            get_all(self.async_call("load_training_state_files", files), "learner")
 
     def async_state_dict(self) -> ray.ObjectRef:
         """Rank 0's full weights (every rank joins the gather, as ZeRO-3 requires)."""

@@ -36,6 +36,20 @@ def ds_config(cfg: LearnerConfig, dtype: str) -> dict[str, Any]:
     }
 
 
+def attention_kernel(choice: str, cuda: bool) -> str:
+    """`learner.attn_implementation` as transformers names it: auto is FlexAttention on CUDA (where this
+    torch has it) and the block-sparse SDPA elsewhere (layouts/masks.py builds the mask either takes).
+    FlexAttention on a CPU learner is refused: torch runs its forward there, but not its backward."""
+    if choice == "flex_attention" and not cuda:
+        raise ValueError("learner.attn_implementation=flex_attention needs a CUDA learner: FlexAttention has no "
+                         "backward on CPU; use auto or sdpa (the block-sparse SDPA, equal within 1e-5)")
+    if choice != "auto":
+        return choice
+    from importlib.util import find_spec
+
+    return "flex_attention" if cuda and find_spec("torch.nn.attention.flex_attention") else "sdpa"
+
+
 def score_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float,
                    structure: tuple | None, device, scored: torch.Tensor | None = None, entropy: bool = False):
     """[b, L] token logprobs; `structure` = (position_ids, segment_ids, segment_visible) of a
@@ -138,12 +152,14 @@ class LearnerWorker:
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, init_method=init_method,
                                    rank=rank, world_size=world_size)
         self.cfg, self.rank, self.world = cfg, rank, world_size
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+        attn = attention_kernel(cfg.attn_implementation, torch.cuda.is_available())
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype), attn_implementation=attn)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         self.ref_model = None
         if cfg.kl_coef > 0:
-            self.ref_model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).eval()
+            self.ref_model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype),
+                                                                  attn_implementation=attn).eval()
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.adam_eps,
                                 weight_decay=cfg.weight_decay)
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=ds_config(cfg, dtype))

@@ -9,6 +9,7 @@ paths' logprobs and gradients are compared in a third process at a size both hol
 
     python bench/bench_learner_memory.py                          # Qwen3's vocabulary, 4k tokens
     python bench/bench_learner_memory.py --tokens 256 --vocab 4096   # a quick look
+    python bench/bench_learner_memory.py --device cuda               # the GPU check: peak from torch.cuda
 
 Prints a table, then one JSON line: {"bench": "learner_memory", "rows": [...], "max_abs_diff": ...}.
 """
@@ -64,22 +65,39 @@ def _inputs(batch: int, tokens: int, vocab: int, seed: int = 0, dtype: str = "bf
     return logits, ids, adv
 
 
-def worker(path: str, batch: int, tokens: int, vocab: int, threads: int) -> dict:
+def _on(device: str, *tensors):
+    import torch
+
+    out = [t.detach().to(device).requires_grad_(t.requires_grad) for t in tensors]
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return out
+
+
+def worker(path: str, batch: int, tokens: int, vocab: int, threads: int, device: str = "cpu") -> dict:
+    """One path's forward and backward. CPU: peak resident memory above the baseline (ru_maxrss);
+    CUDA: peak allocated above what the inputs hold (torch's allocator statistics)."""
     import torch
 
     torch.set_num_threads(threads)
-    small, small_ids, _ = _inputs(1, 8, 16)
+    cuda = device.startswith("cuda")
+    small, small_ids, _ = _on(device, *_inputs(1, 8, 16))
     PATHS[path](small, small_ids, 1.0)[0].sum().backward()  # lazy imports and first-call set-up: not the path's memory
-    logits, ids, adv = _inputs(batch, tokens, vocab)
-    base = _rss_mib()  # the inputs (bf16 logits) are alive in both paths: not counted
+    logits, ids, adv = _on(device, *_inputs(batch, tokens, vocab))
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated() / 2**20 if cuda else _rss_mib()  # the bf16 logits: alive in both paths
     t0 = time.perf_counter()
     picked, entropy = PATHS[path](logits, ids, 1.0)
     loss = -(picked * adv).mean()
     loss.backward()
+    if cuda:
+        torch.cuda.synchronize()
     took = time.perf_counter() - t0
-    return {"path": path, "batch": batch, "tokens": tokens, "vocab": vocab, "peak_mib": round(_rss_mib() - base, 1),
-            "logits_mib": round(logits.numel() * 2 / 2**20, 1), "s": round(took, 3),
-            "entropy_mean": float(entropy.float().mean())}
+    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else _rss_mib()
+    return {"path": path, "device": device, "batch": batch, "tokens": tokens, "vocab": vocab,
+            "peak_mib": round(peak - base, 1), "logits_mib": round(logits.numel() * 2 / 2**20, 1), "s": round(took, 3),
+            "tokens_per_s": round(batch * tokens / took), "entropy_mean": float(entropy.float().mean())}
 
 
 def agreement(batch: int, tokens: int, vocab: int) -> dict[str, float]:
@@ -96,7 +114,7 @@ def agreement(batch: int, tokens: int, vocab: int) -> dict[str, float]:
 
 def _run_worker(args, path: str) -> dict:
     cmd = [sys.executable, __file__, "--worker", path, "--batch", str(args.batch), "--tokens", str(args.tokens),
-           "--vocab", str(args.vocab), "--threads", str(args.threads)]
+           "--vocab", str(args.vocab), "--threads", str(args.threads), "--device", args.device]
     # every tensor-sized allocation its own mapping, returned when freed: the high-water mark is what was
     # alive at once, not what glibc's heap kept after a dynamic threshold moved
     env = os.environ | {"MALLOC_MMAP_THRESHOLD_": "131072"}
@@ -115,22 +133,23 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--agree-tokens", type=int, default=256, help="sequence length of the agreement check")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (the GPU check: peak from torch's allocator)")
     ap.add_argument("--worker", choices=sorted(PATHS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.batch, args.tokens, args.vocab, args.threads)))
+        print(json.dumps(worker(args.worker, args.batch, args.tokens, args.vocab, args.threads, args.device)))
         return
     rows = [_run_worker(args, p) for p in PATHS]
     diff = agreement(1, args.agree_tokens, min(args.vocab, 8192))
-    print(f"load {os.getloadavg()[0]:.2f}; bf16 logits [{args.batch}, {args.tokens}, {args.vocab}]")
-    print(f"{'path':<8} {'peak MiB':>10} {'logits MiB':>11} {'s':>8}")
+    print(f"load {os.getloadavg()[0]:.2f}; bf16 logits [{args.batch}, {args.tokens}, {args.vocab}] on {args.device}")
+    print(f"{'path':<8} {'peak MiB':>10} {'logits MiB':>11} {'s':>8} {'tokens/s':>9}")
     for r in rows:
         print(f"{r['path']:<8} {r['peak_mib'] if r['peak_mib'] is not None else 'failed':>10} "
-              f"{r.get('logits_mib', '-'):>11} {r.get('s', '-'):>8}  {r.get('error', '')}")
+              f"{r.get('logits_mib', '-'):>11} {r.get('s', '-'):>8} {r.get('tokens_per_s', '-'):>9}  {r.get('error', '')}")
     dense, chunked = (r["peak_mib"] for r in rows)
     ratio = round(dense / chunked, 2) if dense and chunked else None
     print(f"dense / chunked peak: {ratio}; max |difference|: " + ", ".join(f"{k} {v:.1e}" for k, v in diff.items()))
-    print(json.dumps({"bench": "learner_memory", "loadavg": os.getloadavg()[0], "rows": rows,
+    print(json.dumps({"bench": "learner_memory", "device": args.device, "loadavg": os.getloadavg()[0], "rows": rows,
                       "dense_over_chunked": ratio, "max_abs_diff": diff}))
 
 

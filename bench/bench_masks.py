@@ -25,12 +25,12 @@ the min and median wall time over interleaved steps, the median process CPU time
 thread, the figure a loaded shared machine disturbs least; `x unpacked` compares it) and the
 padding share of the scored cells.
 
-    PYTHONPATH=. python bench/bench_masks.py flex-cpu [--length 4096]
+    PYTHONPATH=. python bench/bench_masks.py flex [--length 4096] [--device cuda --dtype bfloat16]
 
-``flex-cpu``: can FlexAttention replace the dense 4-D mask on CPU? Scores the synthetic structured
-row with the tiny model under sdpa (block_sparse_sdpa, dense mask) and flex_attention (compiled
-BlockMask), forward only, interleaved; reports min times, max |logprob diff|, mask bytes, and
-whether backward runs.
+``flex``: FlexAttention (learner.attn_implementation=flex_attention) against the block-sparse SDPA
+on the synthetic structured row and the tiny model: max |logprob diff|, and where FlexAttention has a
+backward (CUDA; not CPU) the gradients' max relative diff and forward+backward times, else forward
+times; interleaved min times, peak CUDA memory, and the masks' sizes. The GPU check runs it on CUDA.
 """
 
 from __future__ import annotations
@@ -332,37 +332,69 @@ def run_sft_packing(args) -> None:
                       "threads": args.threads, "steps": args.steps, "loadavg": os.getloadavg()[0], "rows": rows}))
 
 
-def run_flex_cpu(args) -> None:
-    L = args.length
-    ids = torch.randint(2, 400, (1, L), generator=torch.Generator().manual_seed(0))
-    pos, seg, vis = masks.pack_records([synthetic_record(L)])
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_flex(args) -> None:
+    """FlexAttention against the block-sparse SDPA on one structured row: same logprobs (and, where
+    FlexAttention has a backward, same gradients), forward (+backward) time, and the masks' sizes."""
+    L, device = args.length, args.device
+    dtype = getattr(torch, args.dtype)
+    ids = torch.randint(2, 400, (1, L), generator=torch.Generator().manual_seed(0)).to(device)
+    pos, seg, vis = (t.to(device) for t in masks.pack_records([synthetic_record(L)]))
     models = {}
     for impl in ("sdpa", "flex_attention"):
-        models[impl] = tiny_model(2 * L).eval()
+        models[impl] = tiny_model(2 * L).to(device=device, dtype=dtype)
         models[impl].config._attn_implementation = impl
-    with torch.no_grad():
-        t0 = time.perf_counter()
-        out = {k: masks.structured_logprobs(m, ids, pos, seg, vis) for k, m in models.items()}  # warm-up, compile
-        first = time.perf_counter() - t0
-        times: dict[str, list[float]] = {k: [] for k in models}
-        for _ in range(args.steps):
-            for k, m in models.items():
-                t0 = time.perf_counter()
-                masks.structured_logprobs(m, ids, pos, seg, vis)
-                times[k].append(time.perf_counter() - t0)
-    block = masks.flex_block_mask(seg, vis)
-    block_bytes = sum(t.numel() * t.element_size() for t in block.as_tuple() if isinstance(t, torch.Tensor))
-    try:
-        masks.structured_logprobs(models["flex_attention"], ids, pos, seg, vis).sum().backward()
-        backward = "ok"
+
+    def score(impl: str, backward: bool):
+        m = models[impl]
+        m.zero_grad(set_to_none=True)
+        with torch.set_grad_enabled(backward):
+            logp = masks.structured_logprobs(m, ids, pos, seg, vis)
+            if backward:
+                logp.float().sum().backward()
+        return logp.detach().float()
+
+    backward = "ok"
+    try:  # FlexAttention's backward: CUDA has it; CPU (torch 2.13) raises
+        score("flex_attention", True)
     except NotImplementedError as e:
         backward = str(e).split(".")[0]
-    row = {"L": L, "sdpa_fwd_s": min(times["sdpa"]), "flex_fwd_s": min(times["flex_attention"]),
-           "first_calls_s": first, "max_abs_diff": float((out["sdpa"] - out["flex_attention"]).abs().max()),
+    grad = backward == "ok"
+    t0 = time.perf_counter()
+    out = {k: score(k, grad) for k in models}  # warm-up: compile
+    first = time.perf_counter() - t0
+    grad_diff = None
+    if grad:
+        flat = {k: torch.cat([p.grad.float().flatten() for p in m.parameters()]) for k, m in models.items()}
+        grad_diff = float((flat["sdpa"] - flat["flex_attention"]).abs().max() / flat["sdpa"].abs().max())
+    times: dict[str, list[float]] = {k: [] for k in models}
+    peak: dict[str, float | None] = {k: None for k in models}
+    for _ in range(args.steps):
+        for k in models:  # interleaved: load hits both alike
+            if device.startswith("cuda"):
+                torch.cuda.reset_peak_memory_stats()
+            _sync(device)
+            t0 = time.perf_counter()
+            score(k, grad)
+            _sync(device)
+            times[k].append(time.perf_counter() - t0)
+            if device.startswith("cuda"):
+                peak[k] = torch.cuda.max_memory_allocated() / 2**20
+    block = masks.flex_block_mask(seg, vis)
+    block_bytes = sum(t.numel() * t.element_size() for t in block.as_tuple() if isinstance(t, torch.Tensor))
+    row = {"L": L, "device": device, "dtype": args.dtype, "timed": "forward+backward" if grad else "forward",
+           "sdpa_s": min(times["sdpa"]), "flex_s": min(times["flex_attention"]),
+           "flex_over_sdpa": min(times["flex_attention"]) / min(times["sdpa"]), "first_calls_s": first,
+           "max_abs_diff": float((out["sdpa"] - out["flex_attention"]).abs().max()), "grad_rel_diff": grad_diff,
+           "sdpa_peak_mib": peak["sdpa"], "flex_peak_mib": peak["flex_attention"],
            "dense_mask_mib": L * L / 2**20, "block_mask_kib": block_bytes / 2**10, "flex_backward": backward}
     for k, v in row.items():
         print(f"{k:<16} {v:.4g}" if isinstance(v, float) else f"{k:<16} {v}")
-    print(json.dumps({"bench": "flex_cpu", "loadavg": os.getloadavg()[0], **row}))
+    print(json.dumps({"bench": "flex", "loadavg": os.getloadavg()[0], **row}))
 
 
 def _pad_rows(rows: list[list[float]], width: int) -> torch.Tensor:
@@ -389,13 +421,15 @@ def main() -> None:
     sp.add_argument("--pack-lengths", type=int, nargs="+", default=[128, 256, 512])
     sp.add_argument("--steps", type=int, default=5)
     sp.add_argument("--threads", type=int, default=2)
-    fx = sub.add_parser("flex-cpu")
+    fx = sub.add_parser("flex")
     fx.add_argument("--length", type=int, default=4096)
+    fx.add_argument("--device", default="cpu", help="cpu, or cuda: forward and backward there")
+    fx.add_argument("--dtype", default="float32", help="float32, or bfloat16 (the GPU learner's)")
     fx.add_argument("--steps", type=int, default=5)
     fx.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(1 if args.cmd == "consistency" else args.threads)
-    run = {"step": run_step, "consistency": run_consistency, "sft-packing": run_sft_packing, "flex-cpu": run_flex_cpu}
+    run = {"step": run_step, "consistency": run_consistency, "sft-packing": run_sft_packing, "flex": run_flex}
     run[args.cmd](args)
 
 

@@ -227,6 +227,12 @@ class LearnerConfig:
     # AVX2-only CPU a bf16 matmul is ~70x slower than fp32 (bench/bench_learner_speed.py). The engine
     # still samples in model.dtype, so set recompute_old_logprobs=true for a first ratio of exactly 1.
     autocast: str = "off"
+    # The attention kernel the learner scores structured rows with (layouts/masks.py), from the same
+    # block structure either way: flex_attention (a FlexAttention BlockMask: only the visible 128x128
+    # blocks are computed and stored, the GPU kernel), sdpa (the block-sparse SDPA: query chunks against
+    # the key columns they may see, the CPU path), or auto: flex_attention on CUDA, sdpa elsewhere
+    # (FlexAttention on CPU compiles through inductor for each new shape). Equal within 1e-5 on CPU.
+    attn_implementation: str = "auto"
     # Off-policy correction of stale or engine-skewed samples (needs recompute_old_logprobs): the loss
     # is weighted by pi_learner / pi_engine per token or per sequence (verl's rollout correction),
     # truncated at rollout_is_cap (TIS) or masked outside [1/cap, cap] (MIS). off: none.
@@ -283,6 +289,8 @@ class LearnerConfig:
                "needs learner.recompute_old_logprobs=true (the learner's logprobs of the behaviour samples)")
         _check(self.autocast in ("off", "bf16", "auto"), "learner.autocast",
                f"must be off, bf16 or auto, got {self.autocast!r}")
+        _check(self.attn_implementation in ("auto", "sdpa", "flex_attention"), "learner.attn_implementation",
+               f"must be auto, sdpa or flex_attention, got {self.attn_implementation!r}")
         _check(self.layout in ("causal", "structured", "threadweaver"), "learner.layout",
                f"unknown layout {self.layout!r}; valid: causal, structured, threadweaver")
         _check(0 <= self.sft_warmup_ratio < 1, "learner.sft_warmup_ratio", "must be in [0, 1)")

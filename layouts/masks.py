@@ -20,7 +20,7 @@ backend's own mask is materialised:
   segment tensors directly; it stores O((L/128)²) block indices, never an L×L tensor. Not on CPU:
   torch 2.13 runs FlexAttention there forward-only (backward raises NotImplementedError), and the
   compiled forward is 1.3x slower than block_sparse_sdpa at L=4096 on the tiny model
-  (``bench/bench_masks.py flex-cpu``; the BlockMask is 16 KiB against the dense mask's 16 MiB).
+  (``bench/bench_masks.py flex``; the BlockMask is 16 KiB against the dense mask's 16 MiB).
 
 Packed SFT rows (layouts/packing.py ``pack_sft_batch``) use the same tensors: each example is its
 own segments, invisible to the other examples of its row.

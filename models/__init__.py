@@ -6,9 +6,12 @@
 * :mod:`models.prepare` -- what any causal-LM directory needs before the executors and learners can run it:
   every format tag one special token (embeddings resized, new rows the mean of the old ones), a pad token,
   a correct end-of-turn token; written as a new directory only when something had to change.
+* :mod:`models.source` -- a run's model from ``model.package`` or ``model.path`` (a directory or a hub name),
+  prepared: the one call the driver makes.
 """
 
 from models.packaged import PACKAGED, materialize
 from models.prepare import PreparedModel, prepare_model_dir
+from models.source import local_model, prepared_for_run
 
-__all__ = ["PACKAGED", "PreparedModel", "materialize", "prepare_model_dir"]
+__all__ = ["PACKAGED", "PreparedModel", "local_model", "materialize", "prepare_model_dir", "prepared_for_run"]

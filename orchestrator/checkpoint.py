@@ -17,11 +17,12 @@ import hashlib
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.storage import Mirror, is_uri
+from orchestrator.storage import Mirror, cannot_write, checkpoint_root, is_uri, mirror_for
 
 MANIFEST = "manifest.json"
 
@@ -235,3 +236,65 @@ def config_hash(cfg: Any) -> str:
     checkpoint's manifest records, and what a resumed run must match."""
     plain = {k: v for k, v in plain_config(cfg).items() if k not in ("run_dir", "resume")}
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class RunCheckpoints:
+    """One run's checkpoints: where (`trainer.checkpoint_dir`: the run dir, a local path, or a URI the
+    local copies are mirrored to), when (every `save_every` steps, every `save_every_min` minutes, and at
+    once when the newest one was deleted under the run), and how many stay (`keep_checkpoints`)."""
+
+    def __init__(self, tcfg: Any, run_dir: Path):
+        self.tcfg = tcfg
+        self.root = checkpoint_root(tcfg.checkpoint_dir, run_dir)
+        if why := cannot_write(self.root):  # else the first save fails mid-run, a traceback
+            raise ValueError(f"trainer.checkpoint_dir={tcfg.checkpoint_dir or str(self.root)!r}: {why}")
+        self.mirror = mirror_for(tcfg.checkpoint_dir)
+        self.saved_at = time.monotonic()  # save_every_min counts from here
+        self.last: Path | None = None  # the newest checkpoint this run wrote (a vanished one is said)
+
+    @property
+    def where(self) -> str | Path:
+        return self.mirror.uri if self.mirror else self.root
+
+    def find(self, resume: str, run_dir: Path) -> Path | None:
+        """The checkpoint to resume from, verified (a damaged one is named, the previous good one taken)."""
+        return find_resume_checkpoint(resume, run_dir, root=self.root, mirror=self.mirror)
+
+    def due(self, step: int) -> bool:
+        """Whether to save after `step` steps."""
+        every, minutes = self.tcfg.save_every, self.tcfg.save_every_min
+        return bool(self.lost(step) or (every and step % every == 0)
+                    or (minutes and time.monotonic() - self.saved_at >= 60 * minutes))
+
+    def lost(self, step: int) -> bool:
+        """Whether the newest checkpoint this run wrote is gone (its directory deleted under the run: it
+        was silently made again at the next save). Said either way; trainer.lost_checkpoint decides."""
+        if self.last is None or self.last.is_dir():
+            return False
+        what = f"checkpoint {self.last} is gone: its directory was removed while the run trained"
+        if self.tcfg.lost_checkpoint == "stop":
+            from orchestrator.stops import RunStopped
+
+            raise RunStopped(f"{what}. trainer.lost_checkpoint=stop ends the run here, at step "
+                             f"{step}; with =save it writes a new one at once.")
+        print(f"warning: {what}; saving step {step} now (trainer.lost_checkpoint=save)", flush=True)
+        return True
+
+    def read(self, ckpt: Path, config_hash: str) -> dict[str, Any]:
+        """The trainer state a checkpoint holds; a config that changed since it was written is said."""
+        saved = saved_config_hash(ckpt)
+        if saved and saved != config_hash:
+            print(f"resume: the config differs from the one {ckpt.name} was written with (overrides changed); "
+                  "continuing with the new one")
+        return read_state(ckpt)
+
+    def save(self, step: int, write: Callable[[Path], None], state: dict[str, Any], config_hash: str) -> Path:
+        """`save_checkpoint`, then the mirror's copy (verified here, then copied: files, manifest, `latest`)."""
+        self.saved_at = time.monotonic()
+        keep = self.tcfg.keep_checkpoints
+        final = save_checkpoint(self.root, step, write, state, keep=keep, config_hash=config_hash)
+        if self.mirror is not None:
+            self.mirror.upload(final)
+            self.mirror.prune(keep)
+        self.last = final
+        return final

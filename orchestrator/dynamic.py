@@ -2,12 +2,44 @@
 and teaches nothing, so it is filtered out -- by accuracy, not by the shaped reward, which can differ
 within a group that accuracy does not split -- and the batch is refilled with fresh groups.
 
-Pure functions over (trajectories prompt-major, RewardBatch); the driver draws the refills.
+`refill` is the whole mechanism; `informative`, `take` and `merge` are pure functions over
+(trajectories prompt-major, RewardBatch). The driver gives `refill` the function that draws a round.
 """
 
 from __future__ import annotations
 
-from contract.batch import Trajectory
+from collections.abc import Callable
+from statistics import mean
+
+from contract.batch import Prompt, Trajectory
+
+
+def refill(trajs: list[Trajectory], scored, prompts: list[Prompt], *, n: int, max_rounds: int,
+           draw: Callable[[int], tuple[list[Prompt], list[Trajectory], object]]):
+    """DAPO's dynamic sampling: groups all right or all wrong are filtered out and fresh prompts
+    generated -- `draw(round)` -> (prompts, trajectories, RewardBatch), up to `max_rounds` more
+    generations -- until the batch holds as many informative groups as it had groups. Still short, it
+    is topped up with filtered groups (zero advantage: they move nothing), counted as
+    `rollout/dynamic_short`. Returns the kept samples, their scores, and every prompt they came from."""
+    want, pool = len(trajs) // n, [(trajs, scored, informative(scored.correct))]
+    rounds = 0
+    while sum(len(k) for _, _, k in pool) < want and rounds < max_rounds:
+        rounds += 1
+        more_prompts, more, more_scored = draw(rounds)
+        prompts = prompts + list(more_prompts)
+        pool.append((more, more_scored, informative(more_scored.correct)))
+    kept = [take(tr, sc, n, k) for tr, sc, k in pool]
+    filtered = sum(len(sc.correct) - len(k) for _, sc, k in pool)
+    short = max(0, want - sum(len(k) for _, _, k in pool))
+    if short:
+        idle = [g for g in range(want) if g not in set(pool[0][2])][:short]
+        kept.append(take(trajs, scored, n, idle))
+    out, merged = merge(kept)
+    out, merged = take(out, merged, n, list(range(want)))
+    merged.metrics |= {"rollout/filtered": float(filtered), "rollout/dynamic_rounds": float(rounds),
+                       "rollout/dynamic_short": float(short), "rollout/samples": float(len(out)),
+                       "reward/mean": float(mean(r for group in merged.rewards for r in group))}
+    return out, merged, prompts
 
 
 def informative(correct: list[list[bool]]) -> list[int]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from statistics import mean
 
-from contract.batch import Trajectory
+from contract.batch import Prompt, Trajectory
 
-__all__ = ["trajectory_stats"]
+__all__ = ["trajectory_stats", "truths"]
 
 
 def trajectory_stats(trajs: list[Trajectory], fmt: str, prefix: str,
@@ -48,3 +48,9 @@ def trajectory_stats(trajs: list[Trajectory], fmt: str, prefix: str,
         out[f"{prefix}/speedup"] = mean(s["speedup"] for s in valid)
         out[f"{prefix}/critical_path"] = mean(s["critical_path_tokens"] for s in valid)
     return out
+
+
+def truths(prompts: list[Prompt], trajs: list[Trajectory]) -> list[str]:
+    """Each trajectory's ground-truth answer, from the prompt it was sampled for."""
+    by_uid = {p.uid: p.ground_truth for p in prompts}
+    return [by_uid[x.uid] for x in trajs]

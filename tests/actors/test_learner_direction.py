@@ -132,3 +132,16 @@ def test_grad_norm_is_reported_at_zero_stage_0(tiny_model_path):
     at0, at1 = _sft_grad_norm(tiny_model_path, 0), _sft_grad_norm(tiny_model_path, 1)
     assert at0 > 1.0  # clip is 1.0: a norm below it would hide a post-clip value
     assert abs(at0 - at1) < 1e-3 * at1, (at0, at1)
+
+
+def test_the_attention_kernel_is_flex_on_cuda_and_block_sparse_sdpa_elsewhere():
+    """learner.attn_implementation: auto takes FlexAttention on a CUDA learner only; a CPU learner asked
+    for it is refused with the reason (FlexAttention has no backward on CPU) before any model loads."""
+    from actors.learner import attention_kernel
+
+    assert attention_kernel("auto", cuda=True) == "flex_attention"
+    assert attention_kernel("auto", cuda=False) == "sdpa"
+    assert attention_kernel("sdpa", cuda=True) == "sdpa"
+    assert attention_kernel("flex_attention", cuda=True) == "flex_attention"
+    with pytest.raises(ValueError, match="flex_attention needs a CUDA learner: FlexAttention has no backward on CPU"):
+        attention_kernel("flex_attention", cuda=False)

@@ -61,7 +61,7 @@ def bench(script: str, *args: str, timeout: float = 300, tmp: Path | None = None
 
     `tmp`: the script's TMPDIR, for scripts that leave their tiny model in a `tempfile.mkdtemp`
     (pytest then prunes it). Not for bench_peer (Ray puts its socket paths there: length limit)
-    nor flex-cpu (inductor's compile cache lives under the default temp dir).
+    nor flex (inductor's compile cache lives under the default temp dir).
     """
     cmd = [sys.executable, str(ROOT / "bench" / script), *args]
     env = dict(os.environ, WANDB_MODE="disabled", WANDB_SILENT="true", TOKENIZERS_PARALLELISM="false",
@@ -184,14 +184,16 @@ def test_bench_masks_sft_packing(tmp_path):
         assert all(x["min_s"] > 0 and x["cpu_s"] > 0 for x in (unpacked, packed)), run.why()
 
 
-def test_bench_masks_flex_cpu():
+def test_bench_masks_flex():
     L = 64
-    run = bench("bench_masks.py", "flex-cpu", "--length", str(L), "--steps", "1", "--threads", "1")
-    r = check(run, "flex_cpu", ("L", "sdpa_fwd_s", "flex_fwd_s", "max_abs_diff", "dense_mask_mib",
-                                 "block_mask_kib", "flex_backward"))
+    run = bench("bench_masks.py", "flex", "--length", str(L), "--steps", "1", "--threads", "1")
+    r = check(run, "flex", ("L", "sdpa_s", "flex_s", "max_abs_diff", "dense_mask_mib", "block_mask_kib",
+                            "flex_backward", "timed", "grad_rel_diff"))
     assert r["L"] == L and r["dense_mask_mib"] == L * L / 2**20, run.why()
     assert r["max_abs_diff"] < TOL, run.why(f"sdpa vs flex_attention max |dlogp| {r['max_abs_diff']}")
     assert r["block_mask_kib"] > 0 and isinstance(r["flex_backward"], str), run.why()
+    # timed with backward exactly where FlexAttention has one (CUDA), and then its gradients are compared
+    assert (r["timed"] == "forward+backward") == (r["flex_backward"] == "ok") == (r["grad_rel_diff"] is not None)
 
 
 def test_bench_learner_memory():
@@ -199,7 +201,8 @@ def test_bench_learner_memory():
                 "--agree-tokens", "1100")  # 1100 positions: three chunks of 512, a ragged last one
     r = check(run, "learner_memory", ("rows", "dense_over_chunked", "max_abs_diff"))
     rows = {x["path"]: x for x in r["rows"]}
-    assert set(rows) == {"dense", "chunked"} and all(x["tokens"] == 2048 and x["vocab"] == 8192 for x in rows.values())
+    assert set(rows) == {"dense", "chunked"} and all(x["tokens"] == 2048 and x["vocab"] == 8192 and x["device"] == "cpu"
+                                                     and x["tokens_per_s"] > 0 for x in rows.values())
     assert all(v < 1e-5 for v in r["max_abs_diff"].values()), run.why("the chunked path disagrees with the dense one")
     assert rows["dense"]["entropy_mean"] == pytest.approx(rows["chunked"]["entropy_mean"], abs=1e-5), run.why()
     # no fp32 [B, L, V] copy: the dense path holds three (64 MiB each here), the chunked one a chunk's worth

@@ -130,6 +130,13 @@ def test_learner_autocast_is_off_bf16_or_auto():
         _validate("learner.autocast=fp16")
 
 
+def test_learner_attn_implementation_is_auto_sdpa_or_flex_attention():
+    assert _validate().learner.attn_implementation == "auto"
+    assert _validate("learner.attn_implementation=flex_attention").learner.attn_implementation == "flex_attention"
+    with pytest.raises(ConfigError, match="learner.attn_implementation: must be auto, sdpa or flex_attention, got 'eager'"):
+        _validate("learner.attn_implementation=eager")
+
+
 def test_auto_autocast_is_bf16_only_where_the_cpu_computes_it_natively():
     from actors.learner import native_bf16
 

@@ -125,6 +125,54 @@ def test_padded_batch_of_executed_and_sequential_rows_matches_engine(model) -> N
             assert (got[b, : len(row)] - want).abs().max() < 1e-4
 
 
+def _flex_against_block_sdpa(model, device: str, grad: bool) -> tuple[float, float]:
+    """(max |logprob gap|, max |gradient gap|) between learner.attn_implementation=flex_attention and the
+    block-sparse SDPA on the same padded batch of executed and sequential rows (3 records, GQA heads)."""
+    recs = [
+        parallel_record(5, [4, 7, 2], 6),
+        parallel_record(3, [6, 6], 3),
+        ExecutionRecord(list(range(9)), [0] * 4 + [1] * 5, [[], [0]], [-1, 0], [False] * 4 + [True] * 5),
+    ]
+    rows = [random_ids(len(r.segment_ids), i) for i, r in enumerate(recs)]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids[b, : len(r)] = torch.tensor(r)
+    tensors = [t.to(device) for t in (ids, *masks.pack_records(recs, width=width))]
+    model = model.to(device)
+    out = {}
+    for impl in ("sdpa", "flex_attention"):  # sdpa: structured_logprobs swaps in the block-sparse SDPA
+        model.config._attn_implementation = impl
+        model.zero_grad()
+        with torch.set_grad_enabled(grad):
+            logp = masks.structured_logprobs(model, *tensors, temperature=0.8)
+        if grad:
+            logp.sum().backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters()]) if grad else torch.zeros(1)
+        out[impl] = (logp.detach(), grads)
+    model.config._attn_implementation = "sdpa"
+    (lp_s, g_s), (lp_f, g_f) = out["sdpa"], out["flex_attention"]
+    assert lp_s.abs().max() > 0.1  # real logprobs, not zeros compared with zeros
+    return float((lp_s - lp_f).abs().max()), float((g_s - g_f).abs().max())
+
+
+def test_flex_attention_scores_like_the_block_sparse_sdpa_on_cpu(model) -> None:
+    """learner.attn_implementation=flex_attention (the GPU kernel, built from the same block structure)
+    gives the block-sparse SDPA's logprobs within 1e-5. CPU runs FlexAttention's forward only (no
+    backward there, so a CPU learner refuses it: tests/actors/test_learner_direction.py)."""
+    if model.config._attn_implementation != "sdpa":
+        pytest.skip("one comparison: the sdpa-built model")
+    assert _flex_against_block_sdpa(model, "cpu", grad=False)[0] < 1e-5
+
+
+@pytest.mark.gpu
+def test_flex_attention_trains_like_the_block_sparse_sdpa_on_gpu(model) -> None:
+    if not torch.cuda.is_available() or model.config._attn_implementation != "sdpa":
+        pytest.skip("needs a CUDA GPU; one comparison")
+    gap, grad_gap = _flex_against_block_sdpa(model, "cuda", grad=True)
+    assert gap < 1e-4 and grad_gap < 1e-3, (gap, grad_gap)
+
+
 def test_branch_equals_prefix_plus_branch_run_as_one_causal_sequence(model) -> None:
     rec = parallel_record(6, [5, 8], 4)
     row = random_ids(len(rec.segment_ids), 7)

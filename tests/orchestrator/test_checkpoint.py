@@ -202,18 +202,19 @@ def test_a_lost_rollout_actor_names_the_knob_that_restarts_it():
 @pytest.mark.parametrize("policy", ["save", "stop"])
 def test_a_vanished_checkpoint_directory_is_said_and_handled(tmp_path, capsys, policy):
     """The checkpoint dir deleted mid-run was made again silently at the next save (steps lost unsaid)."""
-    from types import SimpleNamespace
-
-    from orchestrator.trainer import RunStopped, Trainer
+    from contract.config import TrainerConfig
+    from orchestrator.checkpoint import RunCheckpoints
+    from orchestrator.stops import RunStopped
 
     run = _run(tmp_path, steps=(2,))
-    t = SimpleNamespace(cfg=SimpleNamespace(trainer=SimpleNamespace(lost_checkpoint=policy)),
-                        curriculum=SimpleNamespace(global_step=5), _last_saved=run / "checkpoints" / "step_000002")
-    assert Trainer._checkpoint_lost(t) is False  # there: nothing to say
+    ckpts = RunCheckpoints(TrainerConfig(lost_checkpoint=policy, save_every=4, save_every_min=0), run)
+    assert ckpts.root == run / "checkpoints"
+    ckpts.last = run / "checkpoints" / "step_000002"
+    assert ckpts.lost(5) is False and [s for s in range(1, 9) if ckpts.due(s)] == [4, 8]  # there: nothing to say
     shutil.rmtree(run / "checkpoints")
     if policy == "stop":
         with pytest.raises(RunStopped, match=r"checkpoint .*step_000002 is gone.*ends the run here, at step 5"):
-            Trainer._checkpoint_lost(t)
+            ckpts.due(5)
     else:
-        assert Trainer._checkpoint_lost(t) is True  # the loop saves at once
+        assert ckpts.due(5) is True  # the loop saves at once
         assert "step_000002 is gone" in capsys.readouterr().out

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 
-def grpo_advantages(rewards: list[float], uids: list[str], norm_by_std: bool = True) -> list[float]:
-    """Group-normalised outcome advantages, one per trajectory.
+def grpo_advantages(rewards: list[float], uids: list[str] | list[int], norm_by_std: bool = True) -> list[float]:
+    """Group-normalised outcome advantages, one per trajectory; `uids` names each one's group.
 
     >>> [round(a, 4) for a in grpo_advantages([1.0, 0.0, 1.0, 1.0], ["a", "a", "b", "b"])]
     [0.7071, -0.7071, 0.0, 0.0]

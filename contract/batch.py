@@ -3,7 +3,8 @@
 Data flows driver -> rollout -> reward -> driver (advantages) -> learner as these small
 dataclasses, grouped by who fills them: the engine interface (`SamplingParams` in, `Completion`
 out), the rollout's output (`Prompt` -> `Trajectory`, with the `ExecutionRecord` of how the engine
-produced it) and the learner's input (`TrainBatch`, `SFTBatch`). Token lists stay plain Python on the rollout/reward side (cheap to pickle,
+produced it), the driver's step data (`ScoredGroup`: a prompt, its samples and their scores; a step's
+`StepSamples`) and the learner's input (`TrainBatch`, `SFTBatch`). Token lists stay plain Python on the rollout/reward side (cheap to pickle,
 no torch needed); the learner-facing ``TrainBatch`` is padded tensors.
 """
 
@@ -101,6 +102,67 @@ class Trajectory:
     record: ExecutionRecord | None = None
     # The weights it was sampled with: the driver's count of weight syncs (0: the model as loaded).
     policy_version: int = 0
+
+
+@dataclass
+class ScoredGroup:
+    """One prompt, its samples in sampling order and their scores: the unit a step's data travels in.
+    Generation returns them; dynamic sampling, sample tables, statistics and evaluation filter and fold
+    them, so no sample is ever joined back to its prompt or its score by uid or by index."""
+
+    prompt: Prompt
+    samples: list[Trajectory]
+    rewards: list[float]  # the stage's shaped reward, one per sample
+    correct: list[bool]  # binary accuracy, one per sample (accuracy metrics and dynamic sampling read this)
+    components: dict[str, list[float]] = field(default_factory=dict)  # reward parts, one list per name
+
+    def __post_init__(self) -> None:
+        n = len(self.samples)
+        sizes = [len(self.rewards), len(self.correct), *map(len, self.components.values())]
+        if not n or any(k != n for k in sizes):
+            raise ValueError(f"a scored group of prompt {self.prompt.uid!r} has {n} samples but scores of sizes {sizes}")
+        if strays := [x.uid for x in self.samples if x.uid != self.prompt.uid]:
+            raise ValueError(f"samples of prompts {sorted(set(strays))} in the group of prompt {self.prompt.uid!r}")
+
+    @property
+    def informative(self) -> bool:
+        """Neither all right nor all wrong: GRPO's advantage is not zero on every sample (DAPO)."""
+        return 0 < sum(map(bool, self.correct)) < len(self.correct)
+
+
+@dataclass
+class StepSamples:
+    """A step's (or an evaluation's) scored groups, prompt-major, and their batch metrics (`rollout/...`,
+    `reward/...`). The flat views below are in sample order: group by group, each group's samples in order."""
+
+    groups: list[ScoredGroup]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def prompts(self) -> list[Prompt]:
+        return [g.prompt for g in self.groups]
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        return [x for g in self.groups for x in g.samples]
+
+    @property
+    def rewards(self) -> list[float]:
+        return [r for g in self.groups for r in g.rewards]
+
+    @property
+    def correct(self) -> list[bool]:
+        return [c for g in self.groups for c in g.correct]
+
+    @property
+    def truths(self) -> list[str]:
+        """Each sample's ground-truth answer."""
+        return [g.prompt.ground_truth for g in self.groups for _ in g.samples]
+
+    @property
+    def group_ids(self) -> list[int]:
+        """Each sample's group (GRPO's group: the same prompt drawn twice in a step is two groups)."""
+        return [i for i, g in enumerate(self.groups) for _ in g.samples]
 
 
 @dataclass

@@ -13,12 +13,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import mean
+from typing import TYPE_CHECKING
 
 from actors.engine_weights import EngineWeights
 from actors.faults import Redispatch, wait_alive
 from actors.group import RewardActorGroup, RolloutGroup, split_chunks
-from contract.batch import Prompt, Trajectory
+from contract.batch import Prompt, ScoredGroup, StepSamples, Trajectory
 from contract.seeds import chunk_seed
+
+if TYPE_CHECKING:
+    from orchestrator.logger import Timer
+    from rewards.registry import RewardSpec
 
 
 @dataclass
@@ -30,6 +35,7 @@ class Started:
     step: int
     version: int
     gen: Redispatch
+    chunks: list[list[Prompt]]  # the prompts of each generate call, in order (their concatenation is `prompts`)
     data_key: str = ""  # the data stream it drew its prompts from (a checkpoint gives them back)
 
 
@@ -41,20 +47,18 @@ def start(rollout: RolloutGroup, weights: EngineWeights, prompts: list[Prompt], 
     gen = Redispatch("rollout", rollout.actors,
                      lambda a, i, chunk: a.generate.remote(chunk, n, chunk_seed(seed, i), greedy, None, version),
                      weights.recover, max_restarts)
-    for i, chunk in enumerate(split_chunks(prompts, len(rollout))):
+    chunks = split_chunks(prompts, len(rollout))
+    for i, chunk in enumerate(chunks):
         if chunk:
             gen.submit(i, chunk, i)
-    return Started(prompts, n, step, version, gen, data_key)
+    return Started(prompts, n, step, version, gen, chunks, data_key)
 
 
-def collect(started: Started, reward: RewardActorGroup, weights: EngineWeights, spec, stage_name: str, t,
-            max_restarts: int, start_timeout_s: float):
-    """(trajectories prompt-major, RewardBatch) of a started generation, scored with `spec`; times the
+def collect(started: Started, *, reward: RewardActorGroup, weights: EngineWeights, spec: RewardSpec,
+            stage_name: str, t: Timer, max_restarts: int, start_timeout_s: float) -> StepSamples:
+    """The scored groups of a started generation, one per prompt in order, scored with `spec`; times the
     wait as `generate` and the scoring left after it as `reward`. Never fewer samples than asked."""
-    from rewards.scorer import RewardBatch
-
     n, step = started.n, started.step
-    truth = {p.uid: p.ground_truth for p in started.prompts}
     score = Redispatch("reward", reward.actors,
                        lambda a, key, groups: a.score.remote(groups, step=step, stage=stage_name, spec=spec),
                        lambda ranks: wait_alive(reward.actors, ranks, start_timeout_s, "reward"), max_restarts)
@@ -62,26 +66,31 @@ def collect(started: Started, reward: RewardActorGroup, weights: EngineWeights, 
     with t("generate"):
         for i, trajs in started.gen.completed():
             chunks[i] = trajs
-            groups = [{"texts": [x.text for x in trajs[k:k + n]], "ground_truth": truth[trajs[k].uid]}
-                      for k in range(0, len(trajs), n)]
+            prompts = started.chunks[i]
+            if len(trajs) != len(prompts) * n:  # never train on a step that lost samples
+                raise RuntimeError(f"generation chunk {i} returned {len(trajs)} samples for {len(prompts)} prompts x {n}")
+            groups = [{"texts": [x.text for x in trajs[k * n:(k + 1) * n]], "ground_truth": p.ground_truth}
+                      for k, p in enumerate(prompts)]
             for j, part in enumerate(split_chunks(groups, len(reward))):
                 if part:
                     score.submit((i, j), part, j)
     with t("reward"):
         parts = dict(score.completed())
     weights.lost |= started.gen.lost  # restarted while survivors took their chunks: the next push rejoins them
+    scored = [parts[key] for key in sorted(parts)]  # chunk by chunk, each split over the reward actors in order
+    rewards = [r for s in scored for r in s.rewards]
+    correct = [c for s in scored for c in s.correct]
+    components = [c for s in scored for c in s.components]
     trajs = [x for i in sorted(chunks) for x in chunks[i]]
-    if len(trajs) != len(started.prompts) * n:  # never train on a step that lost samples
-        raise RuntimeError(f"generation returned {len(trajs)} samples for {len(started.prompts)} prompts x {n}")
-    merged = RewardBatch([], [], [], {}, {})
-    for key in sorted(parts):
-        merged.rewards += parts[key].rewards
-        merged.correct += parts[key].correct
-        merged.components += parts[key].components
-    merged.metrics = mean_dicts([parts[key].metrics for key in sorted(parts)])
-    merged.metrics |= {"rollout/samples": float(len(trajs)), "rollout/retries": float(started.gen.retries),
-                       "reward/retries": float(score.retries)}
-    return trajs, merged
+    if len(chunks) != sum(1 for c in started.chunks if c) or len(rewards) != len(started.prompts):
+        raise RuntimeError(f"generation returned {len(trajs)} samples and {len(rewards)} scored groups for "
+                           f"{len(started.prompts)} prompts x {n}")
+    groups = [ScoredGroup(p, trajs[g * n:(g + 1) * n], rewards[g], correct[g], components[g])
+              for g, p in enumerate(started.prompts)]
+    metrics = mean_dicts([s.metrics for s in scored]) | {
+        "rollout/samples": float(len(trajs)), "rollout/retries": float(started.gen.retries),
+        "reward/retries": float(score.retries)}
+    return StepSamples(groups, metrics)
 
 
 def mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:

@@ -5,21 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from contract.batch import Prompt, Trajectory
+from contract.batch import StepSamples
 
 
-def sample_rows(prompts: list[Prompt], trajs: list[Trajectory], rewards: list[float], correct: list[bool],
-                fmt, limit: int) -> list[dict[str, Any]]:
-    """The first `limit` trajectories, spread over the prompts (one per prompt first, then more)."""
+def sample_rows(samples: StepSamples, fmt, limit: int) -> list[dict[str, Any]]:
+    """The first `limit` samples, spread over the groups (each group's first sample, then its second, ...)."""
     from formats import text_stats
 
-    by_uid = {p.uid: p for p in prompts}
-    order = sorted(range(len(trajs)), key=lambda i: (sum(t.uid == trajs[i].uid for t in trajs[:i]), i))
+    width = max(len(g.samples) for g in samples.groups)
+    picked = [(g, k) for k in range(width) for g in samples.groups if k < len(g.samples)][:limit]
     rows = []
-    for i in order[:limit]:
-        t, s = trajs[i], text_stats(trajs[i].text, fmt)
-        rows.append({"prompt": by_uid[t.uid].text, "completion": t.text, "reward": float(rewards[i]),
-                     "correct": bool(correct[i]), "answer": by_uid[t.uid].ground_truth,
+    for g, k in picked:
+        t = g.samples[k]
+        s = text_stats(t.text, fmt)
+        rows.append({"prompt": g.prompt.text, "completion": t.text, "reward": float(g.rewards[k]),
+                     "correct": bool(g.correct[k]), "answer": g.prompt.ground_truth,
                      "valid": bool(s["valid"]), "status": s["status"], "blocks": s["num_blocks"],
                      "branches": s["num_branches"], "critical_path": s["critical_path_tokens"],
                      "total_tokens": s["total_tokens"], "speedup": s["speedup"],

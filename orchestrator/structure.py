@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from statistics import mean
 
-from contract.batch import Prompt, Trajectory
+from contract.batch import StepSamples, Trajectory
 
-__all__ = ["trajectory_stats", "truths"]
+__all__ = ["sample_stats", "trajectory_stats"]
 
 
 def trajectory_stats(trajs: list[Trajectory], fmt: str, prefix: str,
@@ -50,7 +50,6 @@ def trajectory_stats(trajs: list[Trajectory], fmt: str, prefix: str,
     return out
 
 
-def truths(prompts: list[Prompt], trajs: list[Trajectory]) -> list[str]:
-    """Each trajectory's ground-truth answer, from the prompt it was sampled for."""
-    by_uid = {p.uid: p.ground_truth for p in prompts}
-    return [by_uid[x.uid] for x in trajs]
+def sample_stats(samples: StepSamples, fmt: str, prefix: str) -> dict[str, float]:
+    """`trajectory_stats` of a step's (or an evaluation's) samples, with their correctness and ground truths."""
+    return trajectory_stats(samples.trajectories, fmt, prefix, samples.correct, samples.truths)

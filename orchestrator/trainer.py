@@ -18,6 +18,7 @@ from typing import Any
 from actors.engine_weights import EngineWeights
 from actors.faults import ActorLost, get_all
 from contract import algo
+from contract.batch import StepSamples
 from contract.config import ParallaxConfig
 from contract.seeds import DYNAMIC_ROUND, step_seed, substream
 from curricula import Stage
@@ -29,7 +30,7 @@ from orchestrator.prepare import batch_size, learning_rate, prepare
 from orchestrator.setup import Groups, build_groups, pipeline_threads_warning, start_cluster
 from orchestrator.stage_table import format_table, in_table
 from orchestrator.stops import RunStopped, lost_actor_paragraph
-from orchestrator.structure import trajectory_stats, truths
+from orchestrator.structure import sample_stats
 from rewards.registry import stage_spec
 
 
@@ -102,15 +103,14 @@ class Trainer:
         t, g = Timer(), self.groups
         with t("step"):
             started = self._samples_for(stage, step)
-            prompts = started.prompts
-            trajs, scored = self._collect(started, stage, t)
+            samples = self._collect(started, stage, t)
             self._start_ahead(stage, step)  # the next steps' samples generate while this one updates
             if self.cfg.trainer.dynamic_sampling:
-                trajs, scored, prompts = self._dynamic_sampling(stage, step, started.n, trajs, scored, t, prompts)
+                samples = self._dynamic_sampling(stage, step, started.n, samples, t)
+            trajs, rewards = samples.trajectories, samples.rewards
             staleness = [self.weights.version - x.policy_version for x in trajs]
             with t("advantages"):
-                rewards = [r for group in scored.rewards for r in group]
-                adv = algo.grpo_advantages(rewards, [x.uid for x in trajs], self.cfg.learner.norm_adv_by_std)
+                adv = algo.grpo_advantages(rewards, samples.group_ids, self.cfg.learner.norm_adv_by_std)
                 batch = self.layout.train_batch(trajs, adv, self.tokenizer.pad_token_id)
             if not any(adv) and stage.name not in self._idle_said:  # an update that changes nothing: said once
                 self._idle_said.add(stage.name)
@@ -123,16 +123,13 @@ class Trainer:
                                             "learner"))
             with t("sync"):
                 synced = self.weights.push()  # sync/bytes, sync/buckets, timing/sync_send
-        lengths = [len(x.response_ids) for x in trajs]
-        correct = [c for group in scored.correct for c in group]
         every = self.cfg.logging.table_every
         if every and self.curriculum.stage_step % every == 0:
             from orchestrator.samples import sample_rows
 
-            self.logger.log_table(sample_rows(prompts, trajs, rewards, correct, self.fmt, self.cfg.logging.table_rows),
-                                  step)
-        return {**scored.metrics, **stats, **synced, **t.times, **trajectory_stats(trajs, self.fmt, "parallel", correct,
-                                                                               truths(prompts, trajs)),
+            self.logger.log_table(sample_rows(samples, self.fmt, self.cfg.logging.table_rows), step)
+        lengths = [len(x.response_ids) for x in trajs]
+        return {**samples.metrics, **stats, **synced, **t.times, **sample_stats(samples, self.fmt, "parallel"),
                 "response/length": mean(lengths), "response/clip_ratio": mean(x.finish_reason == "length"
                                                                               for x in trajs),
                 "throughput/tokens_per_s": sum(lengths) / max(t.times["timing/generate"], 1e-9),
@@ -150,9 +147,11 @@ class Trainer:
         return {**stats, **t.times}
 
     # ---- helpers ----------------------------------------------------------------------------
-    def _collect(self, started: generation.Started, stage: Stage, t: Timer):
-        return generation.collect(started, self.groups.reward, self.weights, stage_spec(stage, self.cfg.reward, self.fmt),
-                                  stage.name, t, self.cfg.cluster.max_restarts, self.cfg.cluster.start_timeout_s)
+    def _collect(self, started: generation.Started, stage: Stage, t: Timer) -> StepSamples:
+        return generation.collect(started, reward=self.groups.reward, weights=self.weights,
+                                  spec=stage_spec(stage, self.cfg.reward, self.fmt), stage_name=stage.name, t=t,
+                                  max_restarts=self.cfg.cluster.max_restarts,
+                                  start_timeout_s=self.cfg.cluster.start_timeout_s)
 
     def _samples_for(self, stage: Stage, step: int) -> generation.Started:
         """This step's generation: started ahead by the pipeline, or now."""
@@ -170,15 +169,15 @@ class Trainer:
                                 seed=seed, step=step, max_restarts=self.cfg.cluster.max_restarts,
                                 data_key=f"{stage.name}/{batch}")
 
-    def _dynamic_sampling(self, stage: Stage, step: int, n: int, trajs, scored, t: Timer, prompts):
+    def _dynamic_sampling(self, stage: Stage, step: int, n: int, samples: StepSamples, t: Timer) -> StepSamples:
         """DAPO's dynamic sampling (orchestrator/dynamic.py); each round draws fresh prompts on its own seed."""
-        def draw(round_: int):
+        def draw(round_: int) -> StepSamples:
             seed = substream(step_seed(step, self.cfg.trainer.seed), DYNAMIC_ROUND, round_)
             extra = generation.start(self.groups.rollout, self.weights, self.data.next(stage, self._batch_size(stage)),
                                      n=n, seed=seed, step=step, max_restarts=self.cfg.cluster.max_restarts)
-            return (extra.prompts, *self._collect(extra, stage, t))
+            return self._collect(extra, stage, t)
 
-        return dynamic.refill(trajs, scored, prompts, n=n, max_rounds=self.cfg.trainer.dynamic_sampling_rounds, draw=draw)
+        return dynamic.refill(samples, max_rounds=self.cfg.trainer.dynamic_sampling_rounds, draw=draw)
 
     def _start_ahead(self, stage: Stage, step: int) -> None:
         """The pipeline (`trainer.max_staleness` = s): keep the generations of the next s steps running

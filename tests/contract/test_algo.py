@@ -113,22 +113,6 @@ def test_train_batch_pieces_are_contiguous_and_cover_every_row():
     assert [len(p) for p in batch.shard(1, 2).pieces(3)] == [1, 1]  # rows 1, 3: empty pieces dropped
 
 
-def test_dynamic_sampling_keeps_informative_groups_in_order():
-    from contract.batch import Trajectory
-    from orchestrator import dynamic
-    from rewards.scorer import RewardBatch
-
-    trajs = [Trajectory(str(i // 2), [], [i], [], "stop", str(i)) for i in range(6)]
-    scored = RewardBatch([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]], [[True, False], [True, True], [False, True]],
-                         [{}, {}, {}], {}, {"reward/mean": 0.5})
-    keep = dynamic.informative(scored.correct)
-    assert keep == [0, 2]
-    picked, sub = dynamic.take(trajs, scored, 2, keep)
-    assert [t.text for t in picked] == ["0", "1", "4", "5"] and sub.correct == [[True, False], [False, True]]
-    merged_t, merged = dynamic.merge([(picked, sub), dynamic.take(trajs, scored, 2, [1])])
-    assert [t.text for t in merged_t] == ["0", "1", "4", "5", "2", "3"] and merged.rewards[-1] == [1.0, 1.0]
-
-
 def _dense_token_logprobs(logits, ids, t):  # the path before chunking: an fp32 [B, L, V] log-softmax
     logp = (logits[:, :-1].float() / t).log_softmax(-1)
     return torch.nn.functional.pad(logp.gather(-1, ids[:, 1:, None]).squeeze(-1), (1, 0))

@@ -105,3 +105,18 @@ def test_pure_packages_import_without_ray_hydra_or_deepspeed(package):
             "assert not heavy, heavy")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_no_installed_distribution_but_parallax_provides_a_top_level_name_of_ours():
+    """The packages install as top-level names (`models`, `evaluation`, ...), not under one `parallax`
+    package: kept because none collides with anything Parallax installs with (its whole dependency set,
+    every extra here: vLLM, verl, DeepSpeed, Ray, transformers, TRL, W&B, ...). A dependency that brings
+    one of these names breaks this test before it shadows ours. `hydra_plugins` is Hydra's namespace,
+    shared by design."""
+    from importlib.metadata import packages_distributions
+
+    providers = packages_distributions()
+    assert providers.get("orchestrator") and set(providers["orchestrator"]) == {"parallax"}  # installed, and seen
+    clashes = {name: sorted(set(providers[name]) - {"parallax"}) for name in PACKAGES
+               if set(providers.get(name, ())) - {"parallax"}}
+    assert not clashes, f"other distributions install these top-level names too: {clashes}"

@@ -231,7 +231,8 @@ class LearnerConfig:
     # block structure either way: flex_attention (a FlexAttention BlockMask: only the visible 128x128
     # blocks are computed and stored, the GPU kernel), sdpa (the block-sparse SDPA: query chunks against
     # the key columns they may see, the CPU path), or auto: flex_attention on CUDA, sdpa elsewhere
-    # (FlexAttention on CPU compiles through inductor for each new shape). Equal within 1e-5 on CPU.
+    # (torch runs FlexAttention's forward on CPU but has no backward there, so a CPU learner refuses
+    # flex_attention). The two give the same logprobs within 1e-5 (tests/layouts, on CPU).
     attn_implementation: str = "auto"
     # Off-policy correction of stale or engine-skewed samples (needs recompute_old_logprobs): the loss
     # is weighted by pi_learner / pi_engine per token or per sequence (verl's rollout correction),

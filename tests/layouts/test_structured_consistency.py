@@ -9,6 +9,8 @@ mask. Both must give the same per-token logprobs within 1e-4 in fp32.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -139,7 +141,7 @@ def _flex_against_block_sdpa(model, device: str, grad: bool) -> tuple[float, flo
     for b, r in enumerate(rows):
         ids[b, : len(r)] = torch.tensor(r)
     tensors = [t.to(device) for t in (ids, *masks.pack_records(recs, width=width))]
-    model = model.to(device)
+    model = copy.deepcopy(model).to(device)  # the module's fixture stays as it was (on CPU, sdpa, no grads)
     out = {}
     for impl in ("sdpa", "flex_attention"):  # sdpa: structured_logprobs swaps in the block-sparse SDPA
         model.config._attn_implementation = impl
@@ -150,7 +152,6 @@ def _flex_against_block_sdpa(model, device: str, grad: bool) -> tuple[float, flo
             logp.sum().backward()
         grads = torch.cat([p.grad.flatten() for p in model.parameters()]) if grad else torch.zeros(1)
         out[impl] = (logp.detach(), grads)
-    model.config._attn_implementation = "sdpa"
     (lp_s, g_s), (lp_f, g_f) = out["sdpa"], out["flex_attention"]
     assert lp_s.abs().max() > 0.1  # real logprobs, not zeros compared with zeros
     return float((lp_s - lp_f).abs().max()), float((g_s - g_f).abs().max())

@@ -138,6 +138,11 @@ class RolloutConfig:
         _check(self.engine == "hf" or self.executor.dispatch != "kv", "rollout.executor.dispatch",
                f"kv forks and merges a transformers KV cache (engine=hf); engine={self.engine} takes whole "
                "requests: use dispatch=requests (or auto)")
+        tp = self.vllm.tensor_parallel_size
+        _check(self.engine != "vllm" or tp == 1 or not self.num_gpus or self.num_gpus >= tp, "rollout.num_gpus",
+               f"{self.num_gpus:g} GPUs per rollout actor, but rollout.vllm.tensor_parallel_size={tp} shards each "
+               f"engine over {tp}: the actor's bundle must hold them (Ray shows an actor only the GPUs it reserved), "
+               f"so set rollout.num_gpus={tp}")
 
     @property
     def dispatch(self) -> str:

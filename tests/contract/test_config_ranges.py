@@ -137,6 +137,16 @@ def test_learner_attn_implementation_is_auto_sdpa_or_flex_attention():
         _validate("learner.attn_implementation=eager")
 
 
+def test_a_tensor_parallel_vllm_engine_reserves_its_gpus_in_its_actors_bundle():
+    tp2 = ("rollout=vllm", "rollout.vllm.tensor_parallel_size=2")
+    assert _validate(*tp2, "rollout.num_gpus=2").rollout.num_gpus == 2
+    assert _validate("rollout=vllm", "rollout.num_gpus=0.5").rollout.num_gpus == 0.5  # TP 1: a shared GPU is fine
+    assert _validate(*tp2, "rollout.num_gpus=0").rollout.num_gpus == 0  # the CPU build: no GPU bundle at all
+    with pytest.raises(ConfigError, match="rollout.num_gpus: 1 GPUs per rollout actor, but "
+                                          "rollout.vllm.tensor_parallel_size=2 .* set rollout.num_gpus=2"):
+        _validate(*tp2)  # conf/rollout/vllm.yaml reserves 1
+
+
 def test_auto_autocast_is_bf16_only_where_the_cpu_computes_it_natively():
     from actors.learner import native_bf16
 

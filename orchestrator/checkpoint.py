@@ -244,7 +244,7 @@ class RunCheckpoints:
     once when the newest one was deleted under the run), and how many stay (`keep_checkpoints`)."""
 
     def __init__(self, tcfg: Any, run_dir: Path):
-        self.tcfg = tcfg
+        self.tcfg, self.run_dir = tcfg, run_dir
         self.root = checkpoint_root(tcfg.checkpoint_dir, run_dir)
         if why := cannot_write(self.root):  # else the first save fails mid-run, a traceback
             raise ValueError(f"trainer.checkpoint_dir={tcfg.checkpoint_dir or str(self.root)!r}: {why}")
@@ -256,9 +256,9 @@ class RunCheckpoints:
     def where(self) -> str | Path:
         return self.mirror.uri if self.mirror else self.root
 
-    def find(self, resume: str, run_dir: Path) -> Path | None:
+    def find(self, resume: str) -> Path | None:
         """The checkpoint to resume from, verified (a damaged one is named, the previous good one taken)."""
-        return find_resume_checkpoint(resume, run_dir, root=self.root, mirror=self.mirror)
+        return find_resume_checkpoint(resume, self.run_dir, root=self.root, mirror=self.mirror)
 
     def due(self, step: int) -> bool:
         """Whether to save after `step` steps."""

@@ -46,7 +46,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.ckpts = RunCheckpoints(cfg.trainer, self.run_dir)
-            ckpt = self.ckpts.find(cfg.resume, self.run_dir)  # verified before anything starts
+            ckpt = self.ckpts.find(cfg.resume)  # verified before anything starts
             p = prepare(cfg, self.run_dir)  # model, data, fields, files: what can fail on the user's input
         except (ValueError, FileNotFoundError, RuntimeError) as e:  # CheckpointError included
             raise SetupError(str(e)) from e

@@ -106,6 +106,17 @@ def native_bf16(device: str, cpu_flags: str | None = None) -> bool:
     return bool({"avx512_bf16", "amx_bf16"} & flags)
 
 
+def tag_ids(model_path: str) -> list[int]:
+    """The ids of the format tags that `model_path`'s tokenizer holds as one token each."""
+    from transformers import AutoTokenizer
+
+    from formats import ALL_SPECIAL_TOKENS
+
+    tok = AutoTokenizer.from_pretrained(model_path)
+    ids = [tok.encode(t, add_special_tokens=False) for t in ALL_SPECIAL_TOKENS]
+    return sorted({i[0] for i in ids if len(i) == 1})
+
+
 def sft_loss(model, mb: SFTBatch, global_tokens: int, world: int = 1, device="cpu") -> torch.Tensor:
     """Completion-only cross-entropy summed over the micro-batch's loss tokens / the global count.
 
@@ -166,6 +177,14 @@ class LearnerWorker:
         self.device = self.engine.device
         if self.ref_model is not None:  # scored beside the policy (kl_coef > 0): on its device
             self.ref_model.to(self.device)
+        self.tag_rows = None  # the format tags' embedding rows, stepped at sft_tag_lr_mult x lr in SFT
+        if cfg.sft_tag_lr_mult != 1.0:
+            from actors.row_lr import RowLR
+
+            mats = [model.get_input_embeddings().weight]
+            if model.get_output_embeddings() is not None:
+                mats.append(model.get_output_embeddings().weight)
+            self.tag_rows = RowLR(mats, tag_ids(model_path), cfg.sft_tag_lr_mult)
 
     # ---- scoring ----------------------------------------------------------------
     def _autocast(self):
@@ -200,13 +219,19 @@ class LearnerWorker:
         return dataclasses.replace(batch, old_logprobs=old), gap
 
     # ---- updates ----------------------------------------------------------------
-    def _backward_step(self, loss: torch.Tensor, boundary: bool) -> float:
-        """Backward one micro-batch; at the accumulation boundary apply the update. Returns the global
-        gradient norm before clipping at the boundary (nan elsewhere)."""
+    def _backward_step(self, loss: torch.Tensor, boundary: bool, rows=None) -> float:
+        """Backward one micro-batch; at the accumulation boundary apply the update (`rows`, a RowLR: its
+        rows stepped at its multiple of lr). Returns the global gradient norm before clipping at the
+        boundary (nan elsewhere)."""
         self.engine.set_gradient_accumulation_boundary(boundary)
         self.engine.backward(loss, scale_wrt_gas=False)
         own = self._grad_norm() if boundary and self.cfg.zero_stage == 0 else None
+        rows = rows if boundary else None
+        if rows is not None:
+            rows.before()
         self.engine.step()
+        if rows is not None:
+            rows.after()
         if not boundary:
             return float("nan")
         ds = self.engine.get_global_grad_norm()  # the ZeRO optimizers' norm; None at stage 0
@@ -299,7 +324,7 @@ class LearnerWorker:
         for i, mb in enumerate(micro):
             with self._autocast():
                 loss = sft_loss(self.engine, mb, global_tokens, self.world, self.device)
-            grad_norm = self._backward_step(loss, boundary=i == len(micro) - 1)
+            grad_norm = self._backward_step(loss, boundary=i == len(micro) - 1, rows=self.tag_rows)
             total += float(loss.detach()) / self.world
             cells, real = cells + mb.attention_mask.numel(), real + int(mb.attention_mask.sum())
         return {"sft/loss": total, "sft/lr": lr, "sft/grad_norm": grad_norm,

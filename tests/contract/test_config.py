@@ -149,6 +149,17 @@ def test_executor_dispatch_resolves_per_engine():
     assert (seq.rollout.dispatch, seq.learner.layout) == ("requests", "causal")  # one request: causal is exact
 
 
+def test_engine_auto_is_vllm_where_installed_and_hf_elsewhere(monkeypatch):
+    import importlib.util
+
+    from contract.config import RolloutConfig
+
+    real = importlib.util.find_spec
+    assert RolloutConfig(engine="auto").engine == ("vllm" if real("vllm") is not None else "hf")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    assert validate(_compose("+experiment=smollm2_parallel")).rollout.engine == "hf"  # no vLLM: the same run on hf
+
+
 def test_grammar_is_reachable_on_both_engines_in_every_mode():
     for engine in ("hf", "vllm"):
         for mode in ("off", "sequential", "executed"):

@@ -162,10 +162,22 @@ def _outputs(args: argparse.Namespace) -> int:
     return _finish(result, args, args.label or Path(args.path).stem)
 
 
+def model_dir(path: str | Path) -> Path:
+    """The Hugging Face directory of `path`: a model directory itself, or a run's checkpoint
+    (`checkpoints/step_N`, whose weights and tokenizer are in its `model/`)."""
+    path = Path(path)
+    for d in (path, path / "model"):
+        if (d / "config.json").is_file():
+            return d
+    raise ValueError(f"{str(path)!r} is neither a model directory (config.json) nor a run's checkpoint (model/config.json)")
+
+
 def _checkpoint(args: argparse.Namespace) -> int:
     from evaluation.loaders import load_benchmark
     from evaluation.runner import generate_samples
 
+    label = args.label or Path(args.path).name  # step_000030, not its model/
+    args.path = str(model_dir(args.path))
     sources = dict(s.split("=", 1) for s in args.source)
     diff = tuple(args.toy_difficulty) if len(args.toy_difficulty) > 1 else args.toy_difficulty[0]
     problems = []
@@ -183,7 +195,7 @@ def _checkpoint(args: argparse.Namespace) -> int:
     result["generation"] = {"model": str(args.path), "temperature": args.temperature, "top_p": args.top_p,
                             "max_new_tokens": args.max_new_tokens, "style": args.style, "seed": args.seed,
                             "mode": "sequential", "token_unit": "model tokenizer"}
-    return _finish(result, args, args.label or Path(args.path).name)
+    return _finish(result, args, label)
 
 
 def main(argv: list[str] | None = None) -> int:

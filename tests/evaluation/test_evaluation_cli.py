@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -67,6 +68,18 @@ def test_checkpoint_cli_on_tiny_model(tiny_model, tmp_path):
     assert toy["total_tokens"] == pytest.approx(want)
     assert 0.0 <= toy["budget_acc"]["4"] <= toy["budget_acc"]["64"] <= toy["mean@2"] + 1e-12
     assert (out / "budget_curve.png").read_bytes()[:8] == PNG
+
+
+def test_a_runs_checkpoint_is_read_from_its_model_dir(tiny_model, tmp_path):
+    from evaluation.cli import model_dir
+
+    step = tmp_path / "checkpoints" / "step_000030"
+    step.mkdir(parents=True)
+    (step / "model").symlink_to(tiny_model)
+    assert model_dir(step) == step / "model" and model_dir(tiny_model) == Path(tiny_model)
+    with pytest.raises(ValueError, match="neither a model directory"):
+        model_dir(tmp_path)
+    assert main(["checkpoint", str(tmp_path / "nothing")]) != 0  # a clear error, not a tokenizer traceback
 
 
 @pytest.mark.slow  # wandb start-up ~5-8 s

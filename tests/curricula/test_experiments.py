@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 PAPER = sorted(p.stem for p in (CONF / "experiment" / "paper").glob("*.yaml"))
 # experiments on a real pretrained model and real data (the others: the tiny model on the toy world)
 REAL = {"smollm2_gsm8k": "hf", "smollm2_study": "vllm"}  # real-model experiments -> rollout engine
-CPU = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem not in REAL)
+# a real model on the toy world (tests/e2e/test_real_model.py runs its cold start)
+CPU = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem not in REAL and p.stem != "smollm2_parallel")
 ISSUE_EXPERIMENTS = ["grpo_baseline", "parallel_r1_scaffold", "parallel_r1_seen", "parallel_r1_seen_no_stage1",
                      "parallel_r1_unseen_s1", "parallel_r1_unseen_s2", "parason_pa_grpo", "parason_sft"]
 register_configs()
@@ -92,6 +94,16 @@ def test_real_model_experiments_compose_on_cpu(name):
         assert cfg.rollout.vllm.enforce_eager and cfg.rollout.vllm.cpu_kvcache_gib >= 1
     assert [s.data for s in cur.stages] == ["parallel_gsm8k", "gsm8k_train"]  # real data in every stage
     assert cfg.learner.sft_lr <= 1e-4 and cfg.learner.lr <= 1e-4  # rates a pretrained model survives
+
+
+def test_smollm2_parallel_is_parallel_r1s_three_stages_with_the_real_model():
+    cfg = _compose("+experiment=smollm2_parallel")
+    cur = cfg.curriculum.build(cfg.reward)
+    assert cfg.model.package == "smollm2_135m" and cfg.rollout.engine == ("vllm" if find_spec("vllm") else "hf")
+    assert [(s.kind, s.reward) for s in cur.stages] == [("sft", None), ("rl", "parallel_acc"), ("rl", "accuracy")]
+    assert all(s.steps > 0 and s.data is None for s in cur.stages)  # the run's data: the toy world
+    assert cfg.learner.sft_tag_lr_mult > 1 and cfg.learner.sft_lr <= 1e-4 and cfg.learner.lr <= 1e-4
+    assert cfg.trainer.eval_init and cfg.trainer.eval_after_stage  # held out before training and after each stage
 
 
 def test_parason_reward_numbers_and_sweep_overrides():

@@ -111,10 +111,9 @@ def tag_ids(model_path: str) -> list[int]:
     from transformers import AutoTokenizer
 
     from formats import ALL_SPECIAL_TOKENS
+    from models.prepare import tag_ids as ids_of
 
-    tok = AutoTokenizer.from_pretrained(model_path)
-    ids = [tok.encode(t, add_special_tokens=False) for t in ALL_SPECIAL_TOKENS]
-    return sorted({i[0] for i in ids if len(i) == 1})
+    return ids_of(AutoTokenizer.from_pretrained(model_path), ALL_SPECIAL_TOKENS)
 
 
 def sft_loss(model, mb: SFTBatch, global_tokens: int, world: int = 1, device="cpu") -> torch.Tensor:

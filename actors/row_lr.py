@@ -13,7 +13,7 @@ optimizer just took on those rows, ``w <- w0 + mult * (w1 - w0)``, is exactly th
 group at mult x lr; the moments do not depend on the learning rate. Under ZeRO-1/2 the optimizer's fp32
 master rows live in each rank's partition: each rank amplifies its own fragment, then the (small) rows
 are summed over the data-parallel group and written into the model's weights, which every rank holds
-whole. ZeRO-3 partitions the model's weights too and is refused (the learner says so at start).
+whole. ZeRO-3 partitions the model's weights too and is refused when the config is read.
 """
 
 from __future__ import annotations
@@ -28,12 +28,7 @@ class RowLR:
     optimizer step and `after()` just after it, on every rank."""
 
     def __init__(self, params: list[torch.nn.Parameter], ids: list[int], mult: float):
-        unique: dict[int, torch.nn.Parameter] = {}
-        for p in params:
-            if hasattr(p, "ds_id"):
-                raise ValueError("learner.sft_tag_lr_mult needs learner.zero_stage 0, 1 or 2: ZeRO-3 partitions "
-                                 "the embedding rows it steps")
-            unique.setdefault(id(p), p)  # a tied input / output embedding is one parameter
+        unique = {id(p): p for p in params}  # a tied input / output embedding is one parameter
         self.params, self.ids, self.mult = list(unique.values()), sorted(set(ids)), float(mult)
         rows = min(p.shape[0] for p in self.params) if self.params else 0
         bad = [i for i in self.ids if not 0 <= i < rows]
@@ -65,8 +60,6 @@ class RowLR:
 
     @torch.no_grad()
     def after(self) -> None:
-        if self.mult == 1.0:
-            return
         for p, pieces in zip(self.params, self._saved, strict=True):
             for _, _, view, old in pieces:
                 view.copy_(old + self.mult * (view - old))

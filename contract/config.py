@@ -269,10 +269,8 @@ class LearnerConfig:
     sft_lr: float = 3e-3
     sft_weight_decay: float = 0.01
     sft_warmup_ratio: float = 0.1
-    # The format tags' embedding rows (input and output) step at this multiple of the SFT learning
-    # rate (actors/row_lr.py). A pretrained model's tags are new mean-initialised rows, and AdamW moves
-    # a row by about lr per step: at 1e-4 SmolLM2's tags stay at NLL ~6.6 through a cold start
-    # (docs/real_model.md). 1: no special treatment. ZeRO stage 0-2 only.
+    # The format tags' embedding rows step at this multiple of the SFT LR: a pretrained model's new tag
+    # rows barely move at its LR (actors/row_lr.py, docs/real_model.md). ZeRO stage 0-2 only.
     sft_tag_lr_mult: float = 1.0
     # SFT packing: each micro-batch's examples (still micro_batch_size of them) are concatenated
     # into as few rows of at most sft_pack_length tokens as first-fit decreasing finds, filled

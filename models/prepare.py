@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["PAD_TOKEN", "PreparedModel", "missing_tags", "prepare_model_dir"]
+__all__ = ["PAD_TOKEN", "PreparedModel", "missing_tags", "prepare_model_dir", "tag_ids"]
 
 PAD_TOKEN = "<|pad|>"
 
@@ -46,6 +46,11 @@ def _single(tok, tag: str) -> bool:
 def missing_tags(tok, tags) -> list[str]:
     """The tags `tok` does not hold as one token."""
     return [t for t in tags if not _single(tok, t)]
+
+
+def tag_ids(tok, tags) -> list[int]:
+    """The ids of the tags `tok` holds as one token (the others are skipped)."""
+    return sorted({tok.convert_tokens_to_ids(t) for t in tags if _single(tok, t)})
 
 
 def prepare_model_dir(src: str | os.PathLike, out: str | os.PathLike, tags, *, key: str = "model.path") -> PreparedModel:

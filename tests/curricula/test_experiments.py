@@ -14,8 +14,9 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 PAPER = sorted(p.stem for p in (CONF / "experiment" / "paper").glob("*.yaml"))
 # experiments on a real pretrained model and real data (the others: the tiny model on the toy world)
 REAL = {"smollm2_gsm8k": "hf", "smollm2_study": "vllm"}  # real-model experiments -> rollout engine
-# a real model on the toy world (tests/e2e/test_real_model.py runs its cold start)
-CPU = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem not in REAL and p.stem != "smollm2_parallel")
+# a real model on the toy world (tests/e2e/test_real_model.py runs smollm2_parallel's cold start)
+TOY_REAL = {"smollm2_parallel", "smollm2_parason"}
+CPU = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml") if p.stem not in REAL.keys() | TOY_REAL)
 ISSUE_EXPERIMENTS = ["grpo_baseline", "parallel_r1_scaffold", "parallel_r1_seen", "parallel_r1_seen_no_stage1",
                      "parallel_r1_unseen_s1", "parallel_r1_unseen_s2", "parason_pa_grpo", "parason_sft"]
 register_configs()
@@ -104,6 +105,19 @@ def test_smollm2_parallel_is_parallel_r1s_three_stages_with_the_real_model():
     assert all(s.steps > 0 and s.data is None for s in cur.stages)  # the run's data: the toy world
     assert cfg.learner.sft_tag_lr_mult > 1 and cfg.learner.sft_lr <= 1e-4 and cfg.learner.lr <= 1e-4
     assert cfg.trainer.eval_init and cfg.trainer.eval_after_stage  # held out before training and after each stage
+
+
+def test_smollm2_parason_is_pa_grpo_on_the_toy_world_with_the_real_model():
+    cfg = _compose("+experiment=smollm2_parason")
+    cur = cfg.curriculum.build(cfg.reward)
+    assert cfg.model.package == "smollm2_135m" and cfg.data.trace == "parason"
+    assert [(s.kind, s.reward) for s in cur.stages] == [("sft", None), ("rl", "pa_grpo")]
+    assert (cfg.reward.beta_sub, cfg.reward.beta_trial) == (0.05, 0.1)
+    assert 0 < cfg.data.teacher_serial < 1  # SFT leaves a choice between forking and a serial solve
+    assert all(s.steps > 0 and s.data is None for s in cur.stages)
+    assert cfg.learner.sft_tag_lr_mult > 1 and cfg.learner.sft_lr <= 1e-4 and cfg.learner.lr <= 1e-4
+    # a Parason toy trace is <= ~85 SmolLM2 tokens: the budget holds a whole one
+    assert cfg.rollout.max_new_tokens >= 96
 
 
 def test_parason_reward_numbers_and_sweep_overrides():

@@ -1,16 +1,16 @@
-"""Issue 8's claim end to end: on the default toy run, RL raises held-out accuracy above SFT.
+"""The headline command keeps its promise: ``python -m orchestrator +experiment=parallel_r1_seen``
+teaches the format in SFT, and its RL stages raise held-out accuracy above SFT's.
 
-The default teacher forgets the final ``#### answer`` line in 30% of its traces
+The experiment is Parallel-R1-Seen's three stages at CPU scale on the toy world (SFT 400 steps of
+64 -> 10 steps of R_parallel x R_acc -> 20 of accuracy, LR 5e-5), run here on the real stack (Ray,
+DeepSpeed, HF engine) with nothing changed but where the stages are cut: the SFT stage runs once
+and both engines' RL stages start from its checkpoint (``model.path``), as a study's arms do.
+
+The toy teacher forgets the final ``#### answer`` line in 30% of its traces
 (``data.teacher_no_answer=0.3``, as a model-written cold start does).  SFT copies the habit, so
-about 70% of its held-out samples carry an answer; RL, rewarded on the answer, removes it.  The
-run is the default curriculum (SFT -> 10 steps of R_parallel x R_acc -> 20 of accuracy, LR 5e-5)
-with 400 SFT steps instead of 600, on the real stack (Ray, DeepSpeed, HF engine). The SFT stage runs
-once and both engines' RL stages start from its checkpoint (`model.path`), as a study's arms do.
-From that checkpoint (seed 0, hf) mean@8 went 0.472 -> 0.599 (+0.127), the answered share 0.689 ->
-0.896 (+0.207) and greedy accuracy 0.742 -> 0.734; the same seed run in one process went 0.472 ->
-0.592, answered +0.204.
+about 70% of its held-out samples carry an answer; RL, rewarded on the answer, removes it.
 
-The margins come from repeated runs of exactly this command (README, "RL vs SFT"): over trainer
+The margins come from repeated runs of the same stages (docs/results.md, "RL vs SFT"): over trainer
 seeds 0, 1, 2 mean@8 went 0.446 -> 0.582, 0.527 -> 0.681, 0.476 -> 0.637 (gains 0.136, 0.153,
 0.161: mean 0.150, sd 0.013); the answered share rose by 0.256, 0.242, 0.240; greedy accuracy
 moved -0.031, -0.039, +0.016.  Each asserted margin sits well below the smallest gain seen
@@ -29,7 +29,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.tier("vllm")]
 
-SFT_STEPS = 400
+SFT_STEPS = 400  # the experiment's (conf/experiment/parallel_r1_seen.yaml)
 ACC_MARGIN = 0.08  # mean@8 after RL minus after SFT (128 held-out problems x 8 samples)
 ANSWERED_MARGIN = 0.15  # share of held-out samples with an answer line, after RL minus after SFT
 GREEDY_DROP = 0.08  # RL may cost greedy accuracy at most this much
@@ -42,8 +42,8 @@ ENGINES = {"hf": [], "vllm": ["rollout=vllm_cpu"]}
 
 
 def _run(run_dir: Path, *overrides: str) -> list[dict]:
-    cmd = [sys.executable, "-m", "orchestrator", "trainer.seed=0", f"hydra.run.dir={run_dir}",
-           "logging.progress_bar=false", "trainer.eval_init=false", *overrides]
+    cmd = [sys.executable, "-m", "orchestrator", "+experiment=parallel_r1_seen", "trainer.seed=0",
+           f"hydra.run.dir={run_dir}", "logging.progress_bar=false", "trainer.eval_init=false", *overrides]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return json.loads((run_dir / "summary.json").read_text())["stages"]
@@ -51,12 +51,11 @@ def _run(run_dir: Path, *overrides: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def sft(tmp_path_factory, attach):
-    """The default curriculum's SFT stage alone, evaluated: the one trained start both engines' RL runs
+    """The experiment's SFT stage alone, evaluated: the one trained start both engines' RL runs
     share (the vLLM tier runs both: `tier("vllm")` below). No evaluation of the untrained model
     (trainer.eval_init=false): nothing reads it."""
     run_dir = tmp_path_factory.mktemp("rl_gain_sft")
-    stages = _run(run_dir, f"curriculum.stages.sft.steps={SFT_STEPS}", "curriculum.stages.easy_rl.steps=0",
-                  "curriculum.stages.acc_rl.steps=0", attach)
+    stages = _run(run_dir, "curriculum.stages.gsm8k.steps=0", "curriculum.stages.dapo.steps=0", attach)
     assert [s["stage"] for s in stages] == ["sft"]
     return stages[0], run_dir / "checkpoints" / f"step_{SFT_STEPS:06d}" / "model"
 
@@ -64,7 +63,7 @@ def sft(tmp_path_factory, attach):
 @pytest.fixture(scope="module", params=[pytest.param(k, marks=[pytest.mark.vllm] if k == "vllm" else [])
                                         for k in ENGINES])
 def stages(sft, tmp_path_factory, request, attach):
-    """Both RL stages of the default curriculum, from the SFT checkpoint, with this engine's rollouts."""
+    """Both RL stages of the experiment, from the SFT checkpoint, with this engine's rollouts."""
     if request.param == "vllm":
         pytest.importorskip("vllm")  # a failure instead under PARALLAX_TIER=vllm (tests/conftest.py)
     row, model = sft
@@ -73,8 +72,8 @@ def stages(sft, tmp_path_factory, request, attach):
     return {"sft": row} | {s["stage"]: s for s in rl}
 
 
-def test_stages_are_the_default_curriculum(stages):
-    assert list(stages) == ["sft", "easy_rl", "acc_rl"]
+def test_stages_are_the_experiments(stages):
+    assert list(stages) == ["sft", "gsm8k", "dapo"]
 
 
 def test_sft_copies_the_forgetful_teacher(stages):
@@ -84,7 +83,7 @@ def test_sft_copies_the_forgetful_teacher(stages):
 
 
 def test_rl_raises_held_out_accuracy_above_sft(stages):
-    sft, rl = stages["sft"], stages["acc_rl"]
+    sft, rl = stages["sft"], stages["dapo"]
     assert rl["eval/acc"] - sft["eval/acc"] >= ACC_MARGIN, (sft["eval/acc"], rl["eval/acc"])
     assert rl["eval/answered"] - sft["eval/answered"] >= ANSWERED_MARGIN, (sft["eval/answered"], rl["eval/answered"])
     assert rl["eval/acc_greedy"] >= sft["eval/acc_greedy"] - GREEDY_DROP

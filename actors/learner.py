@@ -7,6 +7,8 @@ micro-batch split. Gradient accumulation is driven explicitly: every micro-batch
 `backward`, the last one marks the accumulation boundary and `step()` applies the update.
 SFT micro-batches may be packed (`learner.sft_packing`): several examples per row, each attending
 only to itself (`layouts.packing.pack_sft_batch`); the token-sum loss is the same.
+With `learner.lora.r > 0` the model trains LoRA adapters and the tag rows (actors/lora.py); every
+export (state_dict, save_pretrained, the weight sync) is still the plain model, merged.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import torch
 
+from actors import lora
 from contract import algo
 from contract.batch import SFTBatch, TrainBatch
 from contract.config import LearnerConfig
@@ -166,18 +169,26 @@ class LearnerWorker:
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype), attn_implementation=attn)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
-        self.ref_model = None
-        if cfg.kl_coef > 0:
+        params = model.parameters()
+        if cfg.lora.r > 0:  # adapters and the tag rows train, the base is frozen (actors/lora.py)
+            if cfg.gradient_checkpointing:  # the frozen embedding's output must carry a gradient into the blocks
+                model.enable_input_require_grads()
+            model = lora.wrap(model, cfg.lora, tag_ids(model_path))
+            params = lora.param_groups(model)
+        self.ref_model = None  # under LoRA the reference is the base itself, its adapters switched off
+        if cfg.kl_coef > 0 and cfg.lora.r == 0:
             self.ref_model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype),
                                                                   attn_implementation=attn).eval()
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.adam_eps,
+        opt = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.adam_eps,
                                 weight_decay=cfg.weight_decay)
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=ds_config(cfg, dtype))
         self.device = self.engine.device
+        # under LoRA, what every export reads: the merged weights (of the module as it is on its device)
+        self.lora = lora.MergedWeights(self.engine.module) if cfg.lora.r > 0 else None
         if self.ref_model is not None:  # scored beside the policy (kl_coef > 0): on its device
             self.ref_model.to(self.device)
         self.tag_rows = None  # the format tags' embedding rows, stepped at sft_tag_lr_mult x lr in SFT
-        if cfg.sft_tag_lr_mult != 1.0:
+        if cfg.sft_tag_lr_mult != 1.0 and cfg.lora.r == 0:  # LoRA: the rows' own param group (_set_lr)
             from actors.row_lr import RowLR
 
             mats = [model.get_input_embeddings().weight]
@@ -198,6 +209,15 @@ class LearnerWorker:
         with self._autocast():
             return score_logprobs(model, mb.input_ids, mb.attention_mask, temperature, mb.structure(), self.device,
                                   scored=mb.response_mask, entropy=entropy)
+
+    @torch.no_grad()
+    def _ref_logprobs(self, mb: TrainBatch, temperature: float) -> torch.Tensor:
+        """[b, L] logprobs under the reference (initial) policy: the separate copy, or under LoRA the base
+        model with its adapters and trained tag rows switched off."""
+        if self.ref_model is not None:
+            return self._logprobs(self.ref_model, mb, temperature)
+        with self.engine.module.disable_adapter():
+            return self._logprobs(self.engine.module, mb, temperature)
 
     @torch.no_grad()
     def compute_logprobs(self, batch: TrainBatch, temperature: float = 1.0) -> torch.Tensor:
@@ -242,9 +262,11 @@ class LearnerWorker:
         grads = [p.grad.detach().float().norm() for p in self.engine.module.parameters() if p.grad is not None]
         return float(torch.linalg.vector_norm(torch.stack(grads))) if grads else 0.0
 
-    def _set_lr(self, lr: float, weight_decay: float) -> None:
+    def _set_lr(self, lr: float, weight_decay: float, tag_mult: float = 1.0) -> None:
+        """Every param group's lr and decay; LoRA's tag-row group (actors/lora.py) at `tag_mult` x lr."""
         for group in self.engine.optimizer.param_groups:
-            group["lr"], group["weight_decay"] = lr, weight_decay
+            group["lr"] = lr * (tag_mult if group.get(lora.TAG_ROWS) else 1.0)
+            group["weight_decay"] = weight_decay
 
     def grpo_step(self, batch: TrainBatch, global_tokens: int, global_seqs: int, lr: float,
                   temperature: float = 1.0, weight_decay: float | None = None) -> dict[str, float]:
@@ -291,9 +313,8 @@ class LearnerWorker:
                 logp, mb.old_logprobs.to(self.device), mb.advantages.to(self.device), mask,
                 clip_low=cfg.clip_ratio_low, clip_high=cfg.clip_ratio_high, agg=cfg.loss_agg_mode, **norm,
                 is_weights=None if mb.is_weights is None else mb.is_weights.to(self.device))
-            if self.ref_model is not None:
-                with torch.no_grad():
-                    ref = self._logprobs(self.ref_model, mb, temperature)
+            if cfg.kl_coef > 0:
+                ref = self._ref_logprobs(mb, temperature)
                 kl = algo.kl_loss(logp, ref, mask, kind=cfg.kl_type, agg=cfg.loss_agg_mode, **norm)
                 loss = loss + cfg.kl_coef * kl
                 stats["actor/kl"] = stats.get("actor/kl", 0.0) + float(kl) / updates
@@ -317,7 +338,8 @@ class LearnerWorker:
                  weight_decay: float | None = None) -> dict[str, float]:
         """One teacher-forced update: token-mean cross-entropy over completion tokens."""
         self.engine.train()
-        self._set_lr(lr, self.cfg.sft_weight_decay if weight_decay is None else weight_decay)
+        self._set_lr(lr, self.cfg.sft_weight_decay if weight_decay is None else weight_decay,
+                     tag_mult=self.cfg.sft_tag_lr_mult)
         total, cells, real = 0.0, 0, 0
         micro = sft_micro_batches(batch, self.cfg)
         for i, mb in enumerate(micro):
@@ -343,7 +365,10 @@ class LearnerWorker:
     EXPORT_BUCKET_BYTES = 256 << 20
 
     def _named_weights(self) -> list[tuple[str, torch.Tensor]]:
-        """The state dict's names and the module's own tensors (a tied weight: one object, two names)."""
+        """The state dict's names and the module's own tensors (a tied weight: one object, two names);
+        under LoRA the plain model's names and frozen base tensors, which `_pieces` merges."""
+        if self.lora is not None:
+            return self.lora.named
         return list(self.engine.module.state_dict(keep_vars=True).items())
 
     def _plan(self, bucket_bytes: int):
@@ -366,11 +391,12 @@ class LearnerWorker:
         import deepspeed
 
         named = dict(self._named_weights())
+        merged = self.lora.merged if self.lora is not None else (lambda t: t)  # LoRA: one bucket merged at a time
         for bucket in plan.buckets:
             tensors = [named[m.name] for m in bucket.tensors]
             partitioned = [t for t in tensors if hasattr(t, "ds_id")]
             with deepspeed.zero.GatheredParameters(partitioned, enabled=bool(partitioned)):
-                yield {m.name: named[m.name] for m in bucket.tensors}
+                yield {m.name: merged(named[m.name]) for m in bucket.tensors}
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Full CPU weights, in the module's state-dict order (a tied name shares its source's tensor).
@@ -437,8 +463,9 @@ class LearnerWorker:
     def save_pretrained(self, path: str) -> None:
         """Hugging Face checkpoint (rank 0 writes; every rank must call it under ZeRO-3)."""
         sd = self.state_dict()
-        if self.rank == 0:
-            self.engine.module.save_pretrained(path, state_dict=sd)
+        if self.rank == 0:  # under LoRA the plain model peft wraps, given the merged weights
+            module = self.engine.module
+            (module.get_base_model() if self.lora is not None else module).save_pretrained(path, state_dict=sd)
 
     def save_training_state(self, path: str) -> None:
         """DeepSpeed checkpoint (optimizer + scheduler + model shards); collective."""

@@ -204,6 +204,41 @@ def _check_resources(key: str, resources: dict[str, float]) -> None:
 
 
 @dataclass
+class LoraConfig:
+    """`learner.lora.*`: train low-rank adapters (peft) on a frozen base instead of every weight
+    (actors/lora.py). Whatever leaves the learner (weight sync, `model/` of a checkpoint) is the merged
+    model under the base model's names, so the engines and evaluation never see an adapter."""
+
+    # Adapter rank; 0: off (full fine-tuning).
+    r: int = 0
+    # peft's lora_alpha: the adapter's update B @ A is scaled by alpha / r.
+    alpha: float = 16.0
+    dropout: float = 0.0
+    # Modules that get adapters, by name: the attention and MLP projections of the Llama / Qwen3 family
+    # (SmolLM2, Qwen3), where LoRA on every projection matches full fine-tuning best (the QLoRA paper).
+    # Named rather than peft's "all-linear" (also accepted, alone), which would adapt any other Linear a
+    # model has, such as a mixture-of-experts router.
+    target_modules: list[str] = field(default_factory=lambda: [
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    # Also train the format tags' embedding rows (peft's trainable tokens; the output rows too: tied
+    # with them, or trained beside them when untied). The tags are new mean-initialised rows
+    # (models/prepare.py), all alike: frozen, SFT could not teach the model to tell them apart.
+    # learner.sft_tag_lr_mult then steps these rows at mult x the SFT LR: they are an optimizer
+    # parameter group of their own (RL steps take them at 1 x lr).
+    train_tags: bool = True
+
+    def __post_init__(self) -> None:
+        _check(self.r >= 0, "learner.lora.r", f"must be >= 0 (0: off), got {self.r}")
+        _check(self.alpha > 0, "learner.lora.alpha", f"must be > 0, got {self.alpha}")
+        _check(0 <= self.dropout < 1, "learner.lora.dropout", f"must be in [0, 1), got {self.dropout}")
+        names = list(self.target_modules)
+        _check(bool(names) and all(isinstance(n, str) and n for n in names), "learner.lora.target_modules",
+               f"must be a non-empty list of module names, got {names}")
+        _check("all-linear" not in names or names == ["all-linear"], "learner.lora.target_modules",
+               f"all-linear stands alone (it names every Linear but the output layer), got {names}")
+
+
+@dataclass
 class LearnerConfig:
     # Data-parallel learner actors (DeepSpeed world size).
     num_actors: int = 1
@@ -270,7 +305,8 @@ class LearnerConfig:
     sft_weight_decay: float = 0.01
     sft_warmup_ratio: float = 0.1
     # The format tags' embedding rows step at this multiple of the SFT LR: a pretrained model's new tag
-    # rows barely move at its LR (actors/row_lr.py, docs/real_model.md). ZeRO stage 0-2 only.
+    # rows barely move at its LR (actors/row_lr.py, docs/real_model.md). ZeRO stage 0-2 only. Under LoRA
+    # the tag rows are peft's trainable tokens, an optimizer group at mult x lr in SFT (lora.train_tags).
     sft_tag_lr_mult: float = 1.0
     # SFT packing: each micro-batch's examples (still micro_batch_size of them) are concatenated
     # into as few rows of at most sft_pack_length tokens as first-fit decreasing finds, filled
@@ -279,6 +315,8 @@ class LearnerConfig:
     # example longer than sft_pack_length gets a row of its own (never truncated).
     sft_packing: bool = False
     sft_pack_length: int = 512
+    # LoRA adapters instead of full fine-tuning (off by default): see LoraConfig.
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
         _check(self.num_actors >= 1, "learner.num_actors", "must be >= 1")
@@ -310,6 +348,11 @@ class LearnerConfig:
         _check(0 <= self.sft_warmup_ratio < 1, "learner.sft_warmup_ratio", "must be in [0, 1)")
         _check(self.sft_tag_lr_mult == 1.0 or self.zero_stage < 3, "learner.sft_tag_lr_mult",
                "needs learner.zero_stage 0, 1 or 2 (ZeRO-3 partitions the embedding rows it steps)")
+        _check(self.lora.r == 0 or self.zero_stage < 3, "learner.lora.r",
+               "LoRA needs learner.zero_stage 0, 1 or 2: the merged export is computed from whole base weights, "
+               "which ZeRO-3 partitions (and a frozen base holds no optimizer state for ZeRO-3 to shard)")
+        _check(self.lora.r == 0 or self.sft_tag_lr_mult == 1.0 or self.lora.train_tags, "learner.sft_tag_lr_mult",
+               "under LoRA it steps the trainable tag rows: needs learner.lora.train_tags=true")
 
 
 @dataclass

@@ -91,7 +91,8 @@ RANGES: dict[str, Range] = {
     "learner.clip_ratio_high": NONNEG, "learner.kl_coef": NONNEG, "learner.ppo_epochs": COUNT, "learner.rollout_is_cap": gt(1), "learner.ppo_mini_batches": COUNT,
     "learner.num_cpus": gt(0), "learner.num_gpus": NONNEG, "learner.torch_threads": COUNT, "learner.sft_lr": gt(0),
     "learner.sft_weight_decay": NONNEG, "learner.sft_warmup_ratio": unit(), "learner.sft_pack_length": COUNT,
-    "learner.sft_tag_lr_mult": gt(0),
+    "learner.sft_tag_lr_mult": gt(0), "learner.lora.r": NONNEG, "learner.lora.alpha": gt(0),
+    "learner.lora.dropout": unit(hi_open=True),
     # trainer
     "trainer.sft_batch_size": COUNT, "trainer.prompts_per_step": COUNT, "trainer.eval_samples": NONNEG,
     "trainer.eval_budgets.*": COUNT, "trainer.eval_every": NONNEG, "trainer.eval_limit": COUNT,

@@ -23,6 +23,8 @@ Compared on equal work:
 * prompts x generations completions per optimizer step, one micro-batch (TRL
   ``per_device_train_batch_size``, Parallax ``learner.micro_batch_size``), no gradient
   accumulation, one PPO epoch;
+* the same precision: fp32, or with ``--bf16`` bf16 autocast over fp32 weights (TRL ``bf16=True``,
+  Parallax ``learner.autocast=bf16``; the rollouts stay fp32 on the Parallax side);
 * AdamW (torch, not fused) at the same constant LR, grad clip 1.0, temperature 1.0, top-p 1.0,
   no KL (TRL ``beta=0``), clip 0.2 / 0.28, token-mean loss (TRL ``dapo``), group-std advantages;
 * reward: accuracy of the ``#### N`` answer through ``rewards.score_group("accuracy", ...)``;
@@ -41,7 +43,7 @@ update and the weight sync). TRL's asynchronous trainer (``trl.experimental.asyn
 vLLM server on its own accelerator and is not run here.
 
 Usage: ``python bench/bench_peer.py [--model tiny --prompts 8 --generations 8 --completion-len 64
---window 4 --rounds 2 --warmup 1 --threads 2 --staleness 1 --piped-threads 1 1 --lr 1e-4]``.
+--window 4 --rounds 2 --warmup 1 --threads 2 --staleness 1 --piped-threads 1 1 --lr 1e-4 --bf16]``.
 Prints a table, the Parallax phase breakdowns, then one JSON line (``"bench": "peer_grpo_step"``)
 with the load average of the machine.
 """
@@ -166,7 +168,7 @@ def run_trl(args, model_dir: Path, problem_batches: list[list], out_dir: Path, b
     n = args.prompts * args.generations
     rows = [{"prompt": p.prompt, "answer": p.answer} for batch in problem_batches for p in batch]
     cfg = GRPOConfig(
-        output_dir=str(out_dir), use_cpu=True, bf16=False, report_to=[], logging_steps=1, save_strategy="no",
+        output_dir=str(out_dir), use_cpu=True, bf16=args.bf16, report_to=[], logging_steps=1, save_strategy="no",
         disable_tqdm=True, seed=args.seed, max_steps=len(problem_batches),
         per_device_train_batch_size=n, num_generations=args.generations, gradient_accumulation_steps=1,
         num_iterations=1, shuffle_dataset=False, use_vllm=False, gradient_checkpointing=False,
@@ -219,7 +221,7 @@ class ParallaxSide:
             "rollout.temperature=1.0", "rollout.top_p=1.0", f"rollout.torch_threads={rollout_threads}",
             f"learner.torch_threads={learner_threads}", f"learner.lr={args.lr}", "learner.kl_coef=0.0",
             f"learner.micro_batch_size={self.n}", "learner.ppo_epochs=1", "cluster.include_dashboard=false",
-            "cluster.num_cpus=8", "trainer.save_every_min=0",
+            "cluster.num_cpus=8", "trainer.save_every_min=0", f"learner.autocast={'bf16' if args.bf16 else 'off'}",
         ]
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
             cfg = validate(compose("config", overrides=overrides))
@@ -304,6 +306,8 @@ def main() -> None:
                     help="torch threads of the pipelined side's rollout and learner actors")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bf16", action="store_true",
+                    help="bf16 autocast on both sides (TRL bf16=True, Parallax learner.autocast=bf16); fp32 weights")
     args = ap.parse_args()
 
     import torch
@@ -359,7 +363,7 @@ def main() -> None:
         "parallax_setup_s": round(px["setup_s"], 1), "parallax_clip_ratio": px["clip_ratio"],
         "trl_train_wall_s": round(trl["train_wall_s"], 2),
         "prompts": args.prompts, "generations": args.generations, "completion_len": args.completion_len,
-        "window": args.window, "rounds": args.rounds, "warmup": args.warmup, "threads": args.threads, "lr": args.lr,
+        "window": args.window, "rounds": args.rounds, "warmup": args.warmup, "threads": args.threads, "lr": args.lr, "bf16": args.bf16,
         "cpu_count": os.cpu_count(), "loadavg": {k: [round(x, 2) for x in v] for k, v in load.items()},
     }
     if "piped" in results:

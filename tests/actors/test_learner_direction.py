@@ -9,24 +9,11 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-def test_grpo_step_follows_advantage_sign(tiny_model_path):
-    import toyworld
+def test_grpo_step_follows_advantage_sign(tiny_model_path, grpo_batch):
     from actors.learner import LearnerWorker
-    from contract import algo
-    from contract.batch import SamplingParams, Trajectory
     from contract.config import LearnerConfig
-    from engines.hf import HFEngine
-    from layouts.causal import train_batch
 
-    engine = HFEngine(tiny_model_path)
-    tok = engine.tokenizer
-    prompts = [tok(p.prompt)["input_ids"] for p in toyworld.generate("mixed", 3, seed=5)]
-    flat = [p for p in prompts for _ in range(2)]
-    comps = engine.generate(flat, SamplingParams(max_new_tokens=16, seed=3))
-    trajs = [Trajectory(uid=str(i // 2), prompt_ids=p, response_ids=c.token_ids, logprobs=c.logprobs,
-                        finish_reason=c.finish_reason, text="") for i, (p, c) in enumerate(zip(flat, comps))]
-    adv = algo.grpo_advantages([1.0, 0.0] * 3, [t.uid for t in trajs])  # +0.707 / -0.707 in each group
-    batch = train_batch(trajs, adv, tok.pad_token_id)
+    batch, _ = grpo_batch(tiny_model_path, 16)  # advantages +0.707 / -0.707 in each group
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -42,26 +29,15 @@ def test_grpo_step_follows_advantage_sign(tiny_model_path):
     assert all(d < 0 for d in delta[1::2]), delta  # negative advantage: less likely
 
 
-def test_bf16_autocast_trains_in_the_advantages_direction_with_fp32_weights(tiny_model_path):
+def test_bf16_autocast_trains_in_the_advantages_direction_with_fp32_weights(tiny_model_path, grpo_batch):
     """learner.autocast=bf16: the forward runs in bf16 (its logprobs differ from the fp32 engine's), the
     weights stay fp32, and with the learner's own old logprobs the first ratio is still 1."""
     import torch
 
-    import toyworld
     from actors.learner import LearnerWorker
-    from contract import algo
-    from contract.batch import SamplingParams, Trajectory
     from contract.config import LearnerConfig
-    from engines.hf import HFEngine
-    from layouts.causal import train_batch
 
-    engine = HFEngine(tiny_model_path)
-    tok = engine.tokenizer
-    flat = [tok(p.prompt)["input_ids"] for p in toyworld.generate("mixed", 3, seed=5) for _ in range(2)]
-    comps = engine.generate(flat, SamplingParams(max_new_tokens=16, seed=3))
-    trajs = [Trajectory(uid=str(i // 2), prompt_ids=p, response_ids=c.token_ids, logprobs=c.logprobs,
-                        finish_reason=c.finish_reason, text="") for i, (p, c) in enumerate(zip(flat, comps))]
-    batch = train_batch(trajs, algo.grpo_advantages([1.0, 0.0] * 3, [t.uid for t in trajs]), tok.pad_token_id)
+    batch, comps = grpo_batch(tiny_model_path, 16)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -159,29 +159,12 @@ def test_a_few_lora_sft_steps_lower_the_loss(tiny_model_path):
     assert losses[-1] < 0.85 * losses[0], losses  # measured: 5.85 -> 4.46
 
 
-def _train_batch(model_path: str):
-    """Two samples of each of three prompts from the hf engine, advantages +/- in each group."""
-    import toyworld
-    from contract import algo
-    from contract.batch import SamplingParams, Trajectory
-    from engines.hf import HFEngine
-    from layouts.causal import train_batch
-
-    engine = HFEngine(model_path)
-    tok = engine.tokenizer
-    flat = [tok(p.prompt)["input_ids"] for p in toyworld.generate("mixed", 3, seed=5) for _ in range(2)]
-    comps = engine.generate(flat, SamplingParams(max_new_tokens=12, seed=3))
-    trajs = [Trajectory(uid=str(i // 2), prompt_ids=p, response_ids=c.token_ids, logprobs=c.logprobs,
-                        finish_reason=c.finish_reason, text="") for i, (p, c) in enumerate(zip(flat, comps))]
-    return train_batch(trajs, algo.grpo_advantages([1.0, 0.0] * 3, [t.uid for t in trajs]), tok.pad_token_id)
-
-
-def test_grpo_step_with_lora_scores_as_the_exported_model_does(tiny_model_path, tmp_path):
+def test_grpo_step_with_lora_scores_as_the_exported_model_does(tiny_model_path, tmp_path, grpo_batch):
     """The KL reference is the base with the adapters off; after the update, the learner's logprobs are
     those of the plain HF model its save_pretrained wrote (what an engine loads after a sync)."""
     from actors.learner import score_logprobs
 
-    batch = _train_batch(tiny_model_path)
+    batch, _ = grpo_batch(tiny_model_path, 12)
     learner = _learner(tiny_model_path, kl_coef=0.1)
     sft = _sft_batch(tiny_model_path, n=4)
     learner.sft_step(sft, int(sft.loss_mask.sum()), lr=1e-3)  # the adapters and tag rows away from the base

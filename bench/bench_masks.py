@@ -275,8 +275,8 @@ def run_sft_packing(args) -> None:
     from contract.config import DataConfig, LearnerConfig
     from layouts.causal import sft_batch
     from layouts.structured import structured_sft_batch
-    from orchestrator.data import batches, load_problems, tokenizer_corpus
     from tinylm import TinyModelConfig, build_tiny_model
+    from trainingdata.streams import batches, load_problems, tokenizer_corpus
 
     data = DataConfig()  # the default run's toy data: parallel_r1 traces, difficulty 1
     train, _ = load_problems(data)

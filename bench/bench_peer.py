@@ -97,7 +97,7 @@ def build_models(root: Path, model: str = "tiny") -> tuple[Path, Path]:
 def step_batches(n_steps: int, prompts: int, seed: int) -> list[list]:
     """The toy-world problems of each step, in the order Parallax's trainer draws them."""
     from contract.config import DataConfig
-    from orchestrator.data import batches, load_problems
+    from trainingdata.streams import batches, load_problems
 
     train, _ = load_problems(DataConfig(seed=seed))
     return list(islice(batches(train, prompts, seed), n_steps))

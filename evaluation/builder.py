@@ -1,7 +1,7 @@
 """Parallel-GSM8K builder: a teacher writes parallel traces for GSM8K, format-valid correct ones are kept.
 
 Algorithm (Parallel-R1 §cold start): for every GSM8K problem, prompt the teacher zero-shot with the
-parallel-thinking prompt of the chosen format (:mod:`evaluation.prompts`), take the answer part
+parallel-thinking prompt of the chosen format (:mod:`trainingdata.prompts`), take the answer part
 (text after ``</think>`` if the teacher thinks), and record
 
 * ``format_valid`` -- the trace parses in the format AND holds at least one parallel block
@@ -32,9 +32,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from evaluation.loaders import BENCHMARKS, EvalProblem, load_benchmark
-from evaluation.prompts import build_prompt
 from evaluation.teachers import EngineTeacher, HTTPTeacher, Teacher
+from trainingdata.loaders import BENCHMARKS, EvalProblem, load_benchmark
+from trainingdata.prompts import build_prompt
 
 __all__ = ["BuildStats", "add_cli", "build_parallel_gsm8k", "process_shard", "read_records", "strip_thinking"]
 

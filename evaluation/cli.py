@@ -173,8 +173,8 @@ def model_dir(path: str | Path) -> Path:
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
-    from evaluation.loaders import load_benchmark
     from evaluation.runner import generate_samples
+    from trainingdata.loaders import load_benchmark
 
     label = args.label or Path(args.path).name  # step_000030, not its model/
     args.path = str(model_dir(args.path))

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from evaluation.loaders import EvalProblem
-from evaluation.prompts import build_prompt
+from trainingdata.loaders import EvalProblem
+from trainingdata.prompts import build_prompt
 
 __all__ = ["MODES", "generate_samples", "problem_fields", "prompts_for"]
 

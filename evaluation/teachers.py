@@ -116,7 +116,7 @@ class EngineTeacher:
                                 max_new_tokens=self.max_new_tokens, max_batch_size=self.batch_size,
                                 torch_threads=self.torch_threads, vllm=VLLMConfig(**self.vllm))
             self._worker = RolloutWorker(cfg, self.model_path)
-        from evaluation.prompts import render_prompt
+        from trainingdata.prompts import render_prompt
 
         tok = self._worker.tokenizer
         texts = [render_prompt(tok, p) for p in prompts] if self.chat else prompts

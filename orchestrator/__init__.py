@@ -5,8 +5,7 @@
 * `setup.py`: the local or attached Ray cluster and the actor groups on one placement group;
 * `generation.py`: a step's samples started and collected as scored groups; `dynamic.py`: DAPO's refill;
 * `heldout.py`: held-out evaluation; `structure.py`, `samples.py`: a step's parallel structure and table;
-* `data.py`: problems, prompts and one batch stream per curriculum stage;
 * `checkpoint.py`, `logger.py`, `plots.py`, `stage_table.py`, `sweep.py`: what a run writes.
 
-The typed configs and batches it passes around are `contract/`.
+The typed configs and batches it passes around are `contract/`; its data streams are `trainingdata/`.
 """

@@ -13,7 +13,7 @@ from contract.batch import Prompt
 from contract.config import LearnerConfig, ParallaxConfig
 from curricula import Curriculum, Stage
 from layouts import Layout, get_layout
-from orchestrator.data import StageStreams, benchmark_prompts, load_problems, to_prompts, tokenizer_corpus
+from trainingdata.streams import StageStreams, benchmark_prompts, load_problems, to_prompts, tokenizer_corpus
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny model built once per session (and loaded per module), one local Ray cluster."""
+"""Shared fixtures: a tiny model built once per session (and loaded per module), the real data directory,
+one local Ray cluster."""
 
 from __future__ import annotations
 
@@ -60,6 +61,17 @@ def lm(tiny_model_path):
     yield (AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval(),
            AutoTokenizer.from_pretrained(tiny_model_path))
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def real_data():
+    """The data directory (`trainingdata.loaders.data_dir`), or a skip where its real files are missing."""
+    from trainingdata.loaders import data_dir
+
+    d = data_dir()
+    if not (d / "gsm8k" / "test.jsonl").is_file():
+        pytest.skip(f"real data not found under {d} (set PARALLAX_DATA_DIR)")
+    return d
 
 
 @pytest.fixture(scope="session")

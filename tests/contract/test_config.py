@@ -75,7 +75,7 @@ def test_invalid_values_name_their_key(override, key):
 
 
 def test_difficulty_mix_reaches_the_problems():
-    from orchestrator.data import load_problems
+    from trainingdata.streams import load_problems
 
     cfg = validate(_compose("data.difficulty=[1,2]", "data.n_train=200", "data.n_test=20"))
     train, test = load_problems(cfg.data)
@@ -84,7 +84,7 @@ def test_difficulty_mix_reaches_the_problems():
 
 
 def test_teacher_no_answer_reaches_the_train_traces_only():
-    from orchestrator.data import load_problems
+    from trainingdata.streams import load_problems
 
     cfg = validate(_compose("data.teacher_no_answer=0.5", "data.n_train=400", "data.n_test=40"))
     train, test = load_problems(cfg.data)
@@ -94,7 +94,7 @@ def test_teacher_no_answer_reaches_the_train_traces_only():
 
 
 def test_teacher_serial_reaches_the_train_traces_only():
-    from orchestrator.data import load_problems
+    from trainingdata.streams import load_problems
 
     cfg = validate(_compose("data.teacher_serial=0.5", "data.n_train=400", "data.n_test=40"))
     train, test = load_problems(cfg.data)

@@ -1,20 +1,8 @@
-"""Shared fixtures: the real data directory and one tiny random checkpoint per session."""
+"""Shared fixtures: one tiny random checkpoint per session."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-from evaluation.loaders import data_dir
-
-
-@pytest.fixture(scope="session")
-def real_data() -> Path:
-    d = data_dir()
-    if not (d / "gsm8k" / "test.jsonl").is_file():
-        pytest.skip(f"real data not found under {d} (set PARALLAX_DATA_DIR)")
-    return d
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,8 @@ from canned_server import CannedServer
 
 import formats
 from evaluation.builder import build_parallel_gsm8k, read_records, strip_thinking
-from evaluation.loaders import load_benchmark
 from evaluation.teachers import EngineTeacher, HTTPTeacher
+from trainingdata.loaders import load_benchmark
 
 
 def _trace(ans: str, kind: str) -> str:

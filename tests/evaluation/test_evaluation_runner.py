@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evaluation.loaders import EvalProblem
 from evaluation.runner import generate_samples
+from trainingdata.loaders import EvalProblem
 
 
 def _problems(n: int) -> list[EvalProblem]:

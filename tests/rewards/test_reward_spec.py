@@ -52,7 +52,7 @@ def test_the_runs_format_options_reach_teachers_and_rewards(worker):
     traces and the reward's parser, so a run scores what its teacher and executor write."""
     from contract.config import DataConfig
     from formats import parse
-    from orchestrator.data import load_problems
+    from trainingdata.streams import load_problems
 
     cfg = DataConfig(n_train=8, n_test=4, format_options={"summary_placement": "inside", "summary_accept": "inside"})
     train, _ = load_problems(cfg)

@@ -49,11 +49,11 @@ def is_file_source(source: str) -> bool:
 
 
 def benchmark_prompts(name: str, cfg: DataConfig, tokenizer, limit: int | None = None) -> list[Prompt]:
-    """Prompts of benchmark `name` (an `evaluation` loader name): the papers' prompts (Parallel-R1's
+    """Prompts of benchmark `name` (a `trainingdata.loaders` name): the papers' prompts (Parallel-R1's
     own, Parason's format rules, plain for a serial run) through the model's chat template when it has
     one; `meta["benchmark"]` names it. Unknown names and missing files raise, naming them."""
-    from evaluation import build_prompt, load_benchmark
-    from evaluation.prompts import render_prompt
+    from trainingdata.loaders import load_benchmark
+    from trainingdata.prompts import build_prompt, render_prompt
 
     style = "plain" if cfg.trace == "serial" else "paper"
     probs = load_benchmark(name, limit=limit)
@@ -64,7 +64,7 @@ def benchmark_prompts(name: str, cfg: DataConfig, tokenizer, limit: int | None =
 
 
 def _named_set(source: str) -> bool:
-    from evaluation.loaders import TRAJECTORY_SETS
+    from trainingdata.loaders import TRAJECTORY_SETS
 
     return source in TRAJECTORY_SETS
 
@@ -84,10 +84,10 @@ class StageStreams:
 
     A stage's data is `stage.data` (a loader name or a file) or the run's `data.source`. The toy world
     gives SFT examples (with teacher traces) and RL prompts; a real benchmark name
-    (gsm8k_train, dapo_math_17k, ...) gives RL prompts through the `evaluation` loaders; an SFT stage
+    (gsm8k_train, dapo_math_17k, ...) gives RL prompts through the benchmark loaders (`trainingdata.loaders`); an SFT stage
     on a trajectories file (`.jsonl`, `.json`, `.parquet`: the builder's output, verl's SFT parquet)
     trains on its rows, an RL stage on a file takes its prompts and answers (verl's dataset parquet:
-    the chat `prompt` as it is, `reward_model.ground_truth`); `evaluation.trajectories` reads both,
+    the chat `prompt` as it is, `reward_model.ground_truth`); `trainingdata.trajectories` reads both,
     every bad row counted and reported by line (printed, and written to `run_dir/data_<stage>.json`).
     `consumed` is the data position a checkpoint stores; `fast_forward` replays it.
     """
@@ -125,7 +125,7 @@ class StageStreams:
         if source == "toyworld":
             return self.train if stage.kind == "sft" else to_prompts(self.train, self.tokenizer)
         if stage.kind == "sft" and _named_set(source):
-            from evaluation.loaders import trajectory_file
+            from trainingdata.loaders import trajectory_file
 
             return self._file_examples(stage, str(trajectory_file(source)))
         if is_file_source(source):
@@ -137,7 +137,7 @@ class StageStreams:
         import sys
         from pathlib import Path
 
-        from evaluation.trajectories import load_prompts, load_trajectories
+        from trainingdata.trajectories import load_prompts, load_trajectories
 
         if stage.name in self.reports:
             return self._files[stage.name]

@@ -80,7 +80,7 @@ BENCHMARKS: dict[str, BenchmarkInfo] = {
 #: directory. On these machines Parallel-GSM8K is the 171-row sample of the public cold-start set (verl's
 #: parquet schema); a full copy (or `python -m evaluation build-gsm8k` output) goes in by path.
 #: `parason_traces` stands in for the Parason release's SFT traces, which are not on these machines: the
-#: Parallel-GSM8K sample converted (`evaluation.annotate.convert`: each path a `<Trial>`, its first sentence
+#: Parallel-GSM8K sample converted (`trainingdata.convert.convert`: each path a `<Trial>`, its first sentence
 #: the outline entry, the summary opening the main chain after the block), with thread headers.
 TRAJECTORY_SETS: dict[str, str] = {
     "parallel_gsm8k": "parallel_r1/gsm8k_parallel_sft_sample.parquet",
@@ -104,8 +104,8 @@ def _parason_from_r1(src: Path) -> Path:
     import hashlib
 
     from datafiles import read_rows
-    from evaluation.annotate import convert
     from formats import parse, render, with_thread_headers
+    from trainingdata.convert import convert
 
     digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
     root = Path(os.environ.get("PARALLAX_DATA_CACHE", Path.home() / ".cache" / "parallax" / "data"))

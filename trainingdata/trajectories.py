@@ -20,7 +20,7 @@ never silently dropped and never a crash:
 Fields (dotted paths, `datafiles`): the prompt is `prompt_field` or the first of `PROMPT_FIELDS`; a
 chat-message list is rendered with the tokenizer's chat template when it has one, else it is the
 content of its last user message; a bare question (`question`, `problem`) gets Parallel-R1's
-prompt (`evaluation.prompts.build_prompt`, style ``paper``); a string prompt is the user turn. The trajectory is
+prompt (`trainingdata.prompts.build_prompt`, style ``paper``); a string prompt is the user turn. The trajectory is
 `text_field` or the first of `SFT_TEXT_FIELDS` (the builder writes `trace`, verl's SFT sets `output`); the answer `answer_field` or
 the first of `datafiles.ANSWER_FIELDS` (`reward_model.ground_truth` in verl).
 
@@ -146,7 +146,7 @@ def writable_tree(tree, spec):
 
 
 def _prompt(obj: dict, prompt_field: str | None, spec, tokenizer) -> str | None:
-    from evaluation.prompts import build_prompt, render_prompt
+    from trainingdata.prompts import build_prompt, render_prompt
 
     path = prompt_field or find_field(obj, PROMPT_FIELDS)
     if path is None:

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from evaluation import build_prompt, load_benchmark, repair_form_feed
-from evaluation.loaders import BENCHMARKS, toyworld_problems
 from formats import get_spec
+from trainingdata import build_prompt, load_benchmark, repair_form_feed
+from trainingdata.loaders import BENCHMARKS, toyworld_problems
 
 # (benchmark, rows, first uid, first answer) -- counts from shared/data/README.md.
 CASES = [

@@ -1,0 +1,23 @@
+"""Parallax's data: what a run trains and is evaluated on, read from files or made.
+
+* :mod:`trainingdata.loaders` -- benchmark loaders (GSM8K, MATH-500, AIME24/25, AMC23, DAPO-Math-17k,
+  the toy world's held-out split) and the named teacher-trajectory sets, under the data directory;
+* :mod:`trainingdata.prompts` -- the prompt templates (Parallel-R1's, Parason's rules, plain, raw);
+* :mod:`trainingdata.trajectories` -- SFT examples (teacher traces) and RL prompts from a file, every
+  bad row reported by its line;
+* :mod:`trainingdata.convert` -- teacher traces converted between Parallel-R1 and Parason;
+* :mod:`trainingdata.streams` -- the run's streams: the toy world's problems, prompts, one seeded batch
+  stream per curriculum stage (`StageStreams`).
+
+Rows of the files themselves (JSONL, JSON, parquet; dotted fields) are read by `datafiles`, the bottom
+layer, which the `formats` and `rewards` CLIs read files through too. This package sits above `contract`
+(`Prompt`, `DataConfig`), `toyworld`, `rewards` and `formats`, below the actors; `evaluation` keeps the
+metrics, reports, plots and its tools. No torch, ray or hydra at import (`datasets` only for a hub name
+or a parquet benchmark).
+"""
+
+from trainingdata.loaders import BENCHMARKS, EvalProblem, data_dir, load_benchmark, repair_form_feed
+from trainingdata.prompts import PROMPT_STYLES, build_prompt
+
+__all__ = ["BENCHMARKS", "PROMPT_STYLES", "EvalProblem", "build_prompt", "data_dir", "load_benchmark",
+           "repair_form_feed"]

@@ -2,7 +2,8 @@
 
 * `rollout.py`: an engine (engines/) and, for the parallel modes, an executor (parallel/);
 * `reward_worker.py`: batch reward scoring (`rewards.scorer`);
-* `learner.py`: a DeepSpeed ZeRO engine applying GRPO / SFT updates on the layouts' rows (layouts/);
-* `weight_sync.py`: learner weights to the rollout engines after every update (the collective group
-  of engines/collective.py, or the object store).
+* `learner.py`: a DeepSpeed ZeRO engine applying GRPO / SFT updates on the layouts' rows (layouts/).
+
+The learner and rollout workers' weight-sync methods (`open_sync`, `send_weights`, `receive_weights`,
+`load_weights`, ...) are thin entry points; how weights reach an engine is `weightsync/`.
 """

@@ -135,7 +135,7 @@ class LearnerWorker:
 
     def __init__(self, cfg: LearnerConfig, model_path: str, dtype: str, rank: int, world_size: int,
                  init_method: str, master_port: int, seed: int = 0, model_files: dict | None = None):
-        from engines.collective import loopback_only
+        from weightsync.group import loopback_only
 
         # init_method: file:// when every rank is on one node (no store socket; gloo on loopback),
         # tcp://ip:port across nodes. MASTER_* also name DeepSpeed's shared-memory segments.
@@ -373,17 +373,9 @@ class LearnerWorker:
 
     def _plan(self, bucket_bytes: int):
         """The export's buckets and aliases from metadata alone (ZeRO-3's full shapes): no gather."""
-        from engines.collective import SyncPlan, TensorMeta, plan_buckets
+        from weightsync.plan import plan_named
 
-        first: dict[int, str] = {}
-        metas, tied = [], []
-        for name, t in self._named_weights():
-            if id(t) in first:
-                tied.append((name, first[id(t)]))
-                continue
-            first[id(t)] = name
-            metas.append(TensorMeta(name, str(t.dtype).removeprefix("torch."), tuple(getattr(t, "ds_shape", t.shape))))
-        return SyncPlan(tuple(plan_buckets(metas, bucket_bytes)), tuple(tied))
+        return plan_named(self._named_weights(), bucket_bytes)
 
     def _pieces(self, plan):
         """Per bucket of `plan`, in order, on every rank: {name: full tensor} while only that bucket's
@@ -420,9 +412,10 @@ class LearnerWorker:
                   bucket_bytes: int) -> dict | None:
         """Join the weight-sync group as its rank 0 (learner rank 0 only; every rank keeps the bucket
         plan, which `send_weights` walks in step). Returns the plan every receiver follows, in wire form
-        (`engines.collective`)."""
+        (`weightsync.plan`)."""
         from actors.faults import abandonable
-        from engines.collective import SyncGroup, plan_to_wire
+        from weightsync.group import SyncGroup
+        from weightsync.plan import plan_to_wire
 
         self._sync_plan = self._plan(bucket_bytes)
         if self.rank != 0:

@@ -33,8 +33,9 @@ class RolloutWorker:
         self.engine = make_engine(cfg.engine, model_path=model_path, dtype=dtype, max_batch_size=cfg.max_batch_size,
                                   **extra)
         self.tokenizer = self.engine.tokenizer
-        # The policy version its weights are (the driver counts syncs): 0 is the model it loaded. A
-        # restarted actor is back at 0, and refuses a generate that expects later weights.
+        # The policy version its weights are, as the driver handed it (`weightsync.driver.EngineWeights`
+        # counts; this actor only records): 0 is the model it loaded. A restarted actor is back at 0, and
+        # refuses a generate that expects later weights.
         self.version = 0
         self.executor = None  # KVExecutor | RequestExecutor; both share the engine's weights
         self.grammar = None  # mode off: the format's EBNF for the engine's structured outputs
@@ -92,9 +93,10 @@ class RolloutWorker:
             for p, c, t in zip(flat, outs, texts)
         ]
 
-    def load_weights(self, state_dict: dict[str, Any], version: int | None = None) -> int:
+    def load_weights(self, state_dict: dict[str, Any], version: int) -> int:
+        """The object-store path (`weightsync.driver`): `state_dict` into the engine, as policy `version`."""
         got = self.engine.load_weights(state_dict)
-        self.version = self.version + 1 if version is None else version
+        self.version = version
         return got
 
     def sync_ranks(self) -> int:
@@ -118,13 +120,14 @@ class RolloutWorker:
 
         return os.getpid()
 
-    def receive_weights(self, plan: dict, version: int | None = None) -> int:
+    def receive_weights(self, plan: dict, version: int) -> int:
+        """The collective path (`weightsync.driver`): one broadcast into the engine, as policy `version`."""
         if not self.in_sync_group:
             from actors.faults import StaleWeights
 
             raise StaleWeights("not in the weight-sync group (restarted since it formed)")
         got = self.engine.receive_weights(plan)
-        self.version = self.version + 1 if version is None else version
+        self.version = version
         return got
 
     @property

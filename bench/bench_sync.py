@@ -13,6 +13,7 @@ Usage: ``PYTHONPATH=. python bench/bench_sync.py [--model smollm2_135m|tiny] [--
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -43,10 +44,10 @@ def main() -> None:
     import ray
     import torch
 
-    from actors.weight_sync import make_weight_sync
     from contract.config import ClusterConfig, LearnerConfig, ParallaxConfig, RolloutConfig
     from contract.engine import VLLMConfig, WeightSyncConfig
     from orchestrator.setup import build_groups, start_cluster
+    from weightsync.driver import make_weight_sync
 
     path = _model(args.model)
     cfg = ParallaxConfig()
@@ -57,15 +58,16 @@ def main() -> None:
     start_cluster(ClusterConfig(num_cpus=4, include_dashboard=False))
     groups = build_groups(cfg, path, f"bench-sync-{os.getpid()}")
     collective = groups.sync
-    rows = []
+    rows, versions = [], itertools.count(1)  # the policy version each push hands the engine
     try:
         for method in ("object_store", "collective"):
             sync = collective if method == "collective" else make_weight_sync(WeightSyncConfig(method=method))
-            figures = sync.push(groups.learner, groups.rollout)  # warm-up (the collective path opens here)
+            # warm-up (the collective path opens here)
+            figures = sync.push(groups.learner, groups.rollout, next(versions))
             times, sends = [], []
             for _ in range(args.repeat):
                 t = time.perf_counter()
-                figures = sync.push(groups.learner, groups.rollout)
+                figures = sync.push(groups.learner, groups.rollout, next(versions))
                 times.append(time.perf_counter() - t)
                 sends.append(figures.get("timing/sync_send"))
             equal = None

@@ -39,10 +39,10 @@ class VLLMConfig:
 
 @dataclass
 class WeightSyncConfig:
-    """`rollout.weight_sync.*`: learner rank 0 -> every engine after each update (actors/weight_sync.py).
+    """`rollout.weight_sync.*`: learner rank 0 -> every engine after each update (weightsync/).
 
     collective: a torch.distributed group between learner rank 0 and every engine worker; rank 0
-    broadcasts its weights in buckets (engines/collective.py). object_store: rank 0's state dict
+    broadcasts its weights in buckets (weightsync/group.py). object_store: rank 0's state dict
     goes through Ray's object store and each engine loads it (the fallback: any cluster, no ports).
     """
 

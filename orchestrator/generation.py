@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import TYPE_CHECKING
 
-from actors.engine_weights import EngineWeights
 from actors.faults import Redispatch, wait_alive
 from actors.group import RewardActorGroup, RolloutGroup, split_chunks
 from contract.batch import Prompt, ScoredGroup, StepSamples, Trajectory
 from contract.seeds import chunk_seed
+from weightsync.driver import EngineWeights
 
 if TYPE_CHECKING:
     from orchestrator.logger import Timer

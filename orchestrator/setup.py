@@ -18,8 +18,8 @@ from actors.faults import summary
 from actors.files import pack_model
 from actors.group import BundleSpec, LearnerGroup, RewardActorGroup, RolloutGroup, reserve
 from actors.locks import extensions_dir
-from actors.weight_sync import WeightSync, make_weight_sync
 from contract.config import ClusterConfig, ParallaxConfig
+from weightsync.driver import WeightSync, make_weight_sync
 
 REPO_ROOT = str(Path(__file__).resolve().parents[1])
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from actors.engine_weights import EngineWeights
 from actors.faults import ActorLost, get_all
 from contract import algo
 from contract.batch import StepSamples
@@ -32,6 +31,7 @@ from orchestrator.stage_table import format_table, in_table
 from orchestrator.stops import RunStopped, lost_actor_paragraph
 from orchestrator.structure import sample_stats
 from rewards.registry import stage_spec
+from weightsync.driver import EngineWeights
 
 
 class SetupError(Exception):

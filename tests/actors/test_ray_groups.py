@@ -55,14 +55,15 @@ def test_groups_are_named_and_placed(ray_cluster, groups):
 
 @pytest.mark.parametrize("method", ["collective", "object_store"])
 def test_weight_sync_makes_rollout_equal_learner(ray_cluster, groups, tiny_model_path, method):
-    from actors.weight_sync import make_weight_sync
     from contract.engine import WeightSyncConfig
+    from weightsync.driver import make_weight_sync
 
     sync = groups.sync if method == "collective" else make_weight_sync(WeightSyncConfig(method=method))
     before = ray_cluster.get(groups.rollout.actors[0].get_weights.remote())
     stats = ray_cluster.get(groups.learner.async_sft_step(_sft_batch(tiny_model_path), lr=1e-2))
     assert all(torch.isfinite(torch.tensor(s["sft/loss"])) for s in stats)
-    figures = sync.push(groups.learner, groups.rollout)
+    figures = sync.push(groups.learner, groups.rollout, version=7)
+    assert ray_cluster.get(groups.rollout.actors[0].__ray_call__.remote(lambda w: w.version)) == 7  # as handed
     learner = ray_cluster.get(groups.learner.async_state_dict())
     after = ray_cluster.get(groups.rollout.actors[0].get_weights.remote())
     changed = [k for k in learner if not torch.equal(before[k], learner[k])]
@@ -101,7 +102,8 @@ def test_two_zero3_learners_match_one_learner(ray_cluster, tiny_model_path, tmp_
     the whole batch."""
     from ray.util import remove_placement_group
 
-    from engines.collective import SyncGroup, plan_for, plan_from_wire
+    from weightsync.group import SyncGroup
+    from weightsync.plan import plan_for, plan_from_wire
 
     def _walk(worker, bucket_bytes):
         """On a learner (defined here: Ray pickles it by value): its export plan, and per bucket the

@@ -1,32 +1,22 @@
-"""The collective weight-sync transport: bucket plans, byte-exact packing, a real gloo broadcast."""
+"""The weight-sync plan: bucket plans, tied aliases, byte-exact packing, the wire form."""
 
 from __future__ import annotations
-
-import socket
-import threading
-import time
 
 import pytest
 import torch
 
-from engines.collective import (
+from weightsync.plan import (
     Bucket,
-    SyncGroup,
     TensorMeta,
     pack,
     plan_buckets,
     plan_for,
     plan_from_wire,
+    plan_named,
     plan_to_wire,
     unique_tensors,
     unpack,
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _state() -> dict[str, torch.Tensor]:
@@ -86,49 +76,13 @@ def test_a_tensor_that_disagrees_with_the_plan_is_refused():
         list(unpack(bucket, torch.zeros(3, dtype=torch.uint8)))
 
 
-@pytest.mark.parametrize("store", ["file", "tcp"])
-def test_gloo_broadcast_reaches_every_receiver(store, tmp_path):
-    """Rank 0 and two receivers in threads of this process (each its own gloo group member), over a
-    FileStore (one node) and a TCPStore (several)."""
-    state = _state()
-    address = f"file://{tmp_path / 'store'}" if store == "file" else f"tcp://127.0.0.1:{_free_port()}"
-    plan = plan_for(state, bucket_bytes=600)
-    got: dict[int, dict] = {}
-
-    def receiver(rank: int) -> None:
-        g = SyncGroup(address, rank, 3, "gloo", 30)
-        got[rank] = {k: v.clone() for k, v in g.receive(plan)}
-
-    threads = [threading.Thread(target=receiver, args=(r,)) for r in (1, 2)]
-    for t in threads:
-        t.start()
-    sent = SyncGroup(address, 0, 3, "gloo", 30).send(plan, state)
-    for t in threads:
-        t.join(30)
-    assert sent == plan.nbytes and len(plan.buckets) > 1
-    for rank in (1, 2):
-        assert set(got[rank]) == set(state)  # the tied alias too
-        assert all(torch.equal(got[rank][k], state[k]) for k in got[rank])
-
-
-def test_a_rank_that_never_joins_fails_within_the_timeout():
-    start = time.monotonic()
-    with pytest.raises(Exception, match="(?i)timed? ?out|timeout"):
-        SyncGroup(f"tcp://127.0.0.1:{_free_port()}", 0, 2, "gloo", timeout_s=3)
-    assert time.monotonic() - start < 30
-
-
-def test_bad_backend_world_and_address_are_refused():
-    with pytest.raises(ValueError, match="gloo or nccl"):
-        SyncGroup(f"tcp://127.0.0.1:{_free_port()}", 0, 2, "mpi", 1)
-    with pytest.raises(ValueError, match="sender and a receiver"):
-        SyncGroup(f"tcp://127.0.0.1:{_free_port()}", 0, 1, "gloo", 1)
-    with pytest.raises(ValueError, match="file:///PATH or tcp://HOST:PORT"):
-        SyncGroup("127.0.0.1", 0, 2, "gloo", 1)
-
-
-def test_one_node_stores_keep_to_loopback():
-    from engines.collective import loopback_only
-
-    assert loopback_only("file:///tmp/x.store") and loopback_only("tcp://127.0.0.1:5")
-    assert not loopback_only("tcp://10.0.0.3:5")
+def test_a_module_plan_names_a_tied_tensor_once_and_reads_zero3_full_shapes():
+    """The learner's plan comes from its module's own tensors: one object under two names is an alias,
+    and a partitioned ZeRO-3 parameter (its own shape empty) is planned at its full `ds_shape`."""
+    emb, norm, part = torch.zeros(50, 8), torch.zeros(8, dtype=torch.bfloat16), torch.empty(0)
+    part.ds_shape = torch.Size([64, 8])
+    plan = plan_named([("embed.weight", emb), ("norm.weight", norm), ("big.weight", part), ("lm_head.weight", emb)],
+                      bucket_bytes=1 << 20)
+    assert [(m.name, m.dtype, m.shape) for b in plan.buckets for m in b.tensors] == [
+        ("embed.weight", "float32", (50, 8)), ("norm.weight", "bfloat16", (8,)), ("big.weight", "float32", (64, 8))]
+    assert plan.aliases == (("lm_head.weight", "embed.weight"),)

@@ -1,7 +1,16 @@
-"""Weight sync from the learners to the rollout engines, after every update.
+"""The driver's side of weight sync: the one policy version, and the transports that carry it.
+
+`EngineWeights` holds the policy version the engines hold -- the only count of it: 0 is the model
+every engine loaded, each `push` is one more, and every rollout actor records the version it is
+handed. A push that finds a rollout actor lost -- before it, or under it -- waits for the restart,
+dissolves the weight-sync group (its world lost a member) and pushes again; every restarted actor is
+in the new group. A generation that finds every rollout actor lost brings them back with the weights
+they generate with (`recover`): the same version, since the learners have not moved since the last push.
+
+The transports (`WeightSync`, chosen once by `make_weight_sync`):
 
 `CollectiveSync` (default): learner rank 0 and every engine worker form one torch.distributed group
-(gloo on CPU, NCCL on GPU: `engines.collective`), opened on the first push; each push is rank 0
+(gloo on CPU, NCCL on GPU: `weightsync.group`), opened on the first push; each push is rank 0
 broadcasting its weights in buckets while every engine receives and loads them. The weights never
 pass through the driver or Ray's object store, and no filesystem is shared.
 
@@ -20,15 +29,58 @@ from typing import Protocol
 
 import ray
 
-from actors.faults import ActorLost, is_loss, summary
+from actors.faults import ActorLost, is_loss, summary, wait_alive
 from actors.group import LearnerGroup, RolloutGroup
 from contract.engine import WeightSyncConfig
 
 
+class EngineWeights:
+    """The policy the rollout engines hold, and its version (the run's one count of it), over a transport."""
+
+    def __init__(self, sync: WeightSync, learners: LearnerGroup, rollouts: RolloutGroup, max_restarts: int,
+                 start_timeout_s: float):
+        self.sync, self.learners, self.rollouts = sync, learners, rollouts
+        self.max_restarts, self.start_timeout_s = max_restarts, start_timeout_s
+        self.version = 0  # 0: the model every engine loaded; one more at every push
+        self.lost: set[int] = set()  # restarted rollout actors the next push must bring back
+
+    def push(self) -> dict[str, float]:
+        """The learners' weights to every engine, as the next policy version; the sync's figures."""
+        self.version += 1
+        return self._push()
+
+    def recover(self, ranks: list[int]) -> None:
+        """Every rollout actor was lost mid-generation: back, with the current version's weights (an
+        actor lost again meanwhile is waited for too, as in a push)."""
+        self.lost |= set(ranks)
+        self._push()
+
+    def _push(self) -> dict[str, float]:
+        """Push the current version; a rollout actor lost before or under it is waited for, the group
+        formed anew with it, and the push made again (up to `max_restarts` times)."""
+        for attempt in range(self.max_restarts + 1):
+            try:
+                if self.lost:
+                    self._rejoin()
+                return self.sync.push(self.learners, self.rollouts, self.version)
+            except ActorLost as e:
+                if e.role != "rollout" or attempt == self.max_restarts:
+                    raise
+                print(f"{e}; forming the weight sync again", flush=True)
+                self.lost.add(e.rank)
+        raise AssertionError("unreachable")
+
+    def _rejoin(self) -> None:
+        """Wait for the restarted actors; dissolve the group, so the next push forms it with them."""
+        wait_alive(self.rollouts.actors, sorted(self.lost), self.start_timeout_s, "rollout")
+        self.sync.reset(self.learners, self.rollouts)
+        self.lost.clear()
+
+
 class WeightSync(Protocol):
-    def push(self, learners: LearnerGroup, rollouts: RolloutGroup, version: int | None = None) -> dict[str, float]:
-        """Make every rollout engine's weights equal the learners' current weights (policy `version`,
-        which each engine then reports; None: one more than it had); its figures."""
+    def push(self, learners: LearnerGroup, rollouts: RolloutGroup, version: int) -> dict[str, float]:
+        """Make every rollout engine's weights equal the learners' current weights, as policy `version`
+        (which each rollout actor records and reports); its figures."""
 
     def reset(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
         """Forget the members (a rollout actor was lost and restarted): the next push reaches them all anew."""
@@ -101,7 +153,7 @@ class ObjectStoreSync:
     def reset(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
         """Nothing to dissolve: every push reaches each engine on its own."""
 
-    def push(self, learners: LearnerGroup, rollouts: RolloutGroup, version: int | None = None) -> dict[str, float]:
+    def push(self, learners: LearnerGroup, rollouts: RolloutGroup, version: int) -> dict[str, float]:
         state_ref = learners.async_state_dict()
         refs = {f"rollout_{i}": [a.load_weights.remote(state_ref, version)] for i, a in enumerate(rollouts.actors)}
         got = _wait(refs, self.timeout_s, "object store")
@@ -109,7 +161,7 @@ class ObjectStoreSync:
 
 
 class CollectiveSync:
-    """`store` gives a fresh rendezvous address (`engines.collective.open_store`) each time the group
+    """`store` gives a fresh rendezvous address (`weightsync.group.open_store`) each time the group
     forms: on the first push, and after `reset` (an engine was lost and restarted)."""
 
     def __init__(self, cfg: WeightSyncConfig, store: Callable[[], str], gpus: bool):
@@ -147,7 +199,7 @@ class CollectiveSync:
             except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 pass
 
-    def push(self, learners: LearnerGroup, rollouts: RolloutGroup, version: int | None = None) -> dict[str, float]:
+    def push(self, learners: LearnerGroup, rollouts: RolloutGroup, version: int) -> dict[str, float]:
         if self.plan_ref is None:
             self._open(learners, rollouts)
         refs = {"learner": learners.async_call("send_weights")}

@@ -85,7 +85,8 @@ def get_all(refs: list[ray.ObjectRef], role: str, timeout_s: float | None = None
     while pending:
         ready, pending = ray.wait(pending, num_returns=1, timeout=timeout_s)
         if not ready:
-            raise TimeoutError(f"{role} actors {sorted(rank[r] for r in pending)} did not answer within {timeout_s:g} s")
+            raise TimeoutError(f"{role} actors {sorted(rank[r] for r in pending)} "
+                               f"did not answer within {timeout_s:g} s")
         try:
             out[rank[ready[0]]] = ray.get(ready[0])
         except ray.exceptions.RayActorError as e:
@@ -113,7 +114,8 @@ def wait_alive(actors: list, ranks: list[int], timeout_s: float, role: str) -> N
             except ray.exceptions.GetTimeoutError:
                 continue
             except ray.exceptions.RayActorError as e:
-                raise ActorLost(role, rank, f"it did not restart: {summary(e)} (cluster.max_restarts used up?)") from None
+                raise ActorLost(role, rank,
+                                f"it did not restart: {summary(e)} (cluster.max_restarts used up?)") from None
 
 
 class Redispatch:

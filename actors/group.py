@@ -28,7 +28,8 @@ class BundleSpec:
     resources: dict[str, float] | None = None  # custom resources: the nodes this role may sit on
 
 
-def reserve(bundles: list[BundleSpec], strategy: str, name: str, timeout_s: float = 60.0) -> tuple[PlacementGroup, dict]:
+def reserve(bundles: list[BundleSpec], strategy: str, name: str,
+            timeout_s: float = 60.0) -> tuple[PlacementGroup, dict]:
     """One placement group for every actor of the run; returns it and each role's first bundle index.
 
     Fails with a clear message (instead of hanging) when the cluster cannot hold the request.

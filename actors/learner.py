@@ -422,7 +422,8 @@ class LearnerWorker:
             return None
         self.close_sync()
         # the rendezvous waits for every member: the driver cancels this task when one dies meanwhile
-        self._sync = abandonable(lambda: SyncGroup(address, 0, world_size, backend, timeout_s), "weight-sync rendezvous")
+        self._sync = abandonable(lambda: SyncGroup(address, 0, world_size, backend, timeout_s),
+                                 "weight-sync rendezvous")
         return plan_to_wire(self._sync_plan)
 
     def close_sync(self) -> None:

@@ -258,8 +258,9 @@ def main() -> None:
     print(" ".join(f"{k:>12.12}" for k in keys))
     for r in rows:
         print(" ".join(f"{r[k]!s:>12.12}" for k in keys))
-    print(json.dumps({"bench": "executor", "device": args.device, "threads": args.threads, "load": os.getloadavg(), "n": args.n, "family": args.family,
-                      "difficulty": args.difficulty, "hidden": args.hidden, "layers": args.layers, "rows": rows}))
+    print(json.dumps({"bench": "executor", "device": args.device, "threads": args.threads, "load": os.getloadavg(),
+                      "n": args.n, "family": args.family, "difficulty": args.difficulty, "hidden": args.hidden,
+                      "layers": args.layers, "rows": rows}))
 
 
 if __name__ == "__main__":

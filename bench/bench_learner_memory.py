@@ -145,7 +145,8 @@ def main() -> None:
     print(f"{'path':<8} {'peak MiB':>10} {'logits MiB':>11} {'s':>8} {'tokens/s':>9}")
     for r in rows:
         print(f"{r['path']:<8} {r['peak_mib'] if r['peak_mib'] is not None else 'failed':>10} "
-              f"{r.get('logits_mib', '-'):>11} {r.get('s', '-'):>8} {r.get('tokens_per_s', '-'):>9}  {r.get('error', '')}")
+              f"{r.get('logits_mib', '-'):>11} {r.get('s', '-'):>8} {r.get('tokens_per_s', '-'):>9}  "
+              f"{r.get('error', '')}")
     dense, chunked = (r["peak_mib"] for r in rows)
     ratio = round(dense / chunked, 2) if dense and chunked else None
     print(f"dense / chunked peak: {ratio}; max |difference|: " + ", ".join(f"{k} {v:.1e}" for k, v in diff.items()))

@@ -121,7 +121,8 @@ def main() -> None:
         path = model_dir(Path(tmp), args.model)
         from transformers import AutoConfig, AutoModelForCausalLM
 
-        n_params = sum(p.numel() for p in AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path)).parameters())
+        n_params = sum(p.numel()
+                       for p in AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path)).parameters())
         vocab = AutoConfig.from_pretrained(path).vocab_size
         ids = torch.randint(0, vocab, (args.batch, args.tokens), generator=torch.Generator().manual_seed(0))
         flop = 6 * n_params * args.batch * args.tokens

@@ -301,7 +301,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="measured windows per side")
     ap.add_argument("--warmup", type=int, default=1, help="steps of each side run first and dropped")
     ap.add_argument("--threads", type=int, default=2, help="torch threads of TRL and of each synchronous actor")
-    ap.add_argument("--staleness", type=int, default=1, help="the pipelined side's trainer.max_staleness (0: no such side)")
+    ap.add_argument("--staleness", type=int, default=1,
+                    help="the pipelined side's trainer.max_staleness (0: no such side)")
     ap.add_argument("--piped-threads", type=int, nargs=2, default=(1, 1), metavar=("ROLLOUT", "LEARNER"),
                     help="torch threads of the pipelined side's rollout and learner actors")
     ap.add_argument("--lr", type=float, default=1e-4)
@@ -363,7 +364,8 @@ def main() -> None:
         "parallax_setup_s": round(px["setup_s"], 1), "parallax_clip_ratio": px["clip_ratio"],
         "trl_train_wall_s": round(trl["train_wall_s"], 2),
         "prompts": args.prompts, "generations": args.generations, "completion_len": args.completion_len,
-        "window": args.window, "rounds": args.rounds, "warmup": args.warmup, "threads": args.threads, "lr": args.lr, "bf16": args.bf16,
+        "window": args.window, "rounds": args.rounds, "warmup": args.warmup, "threads": args.threads, "lr": args.lr,
+        "bf16": args.bf16,
         "cpu_count": os.cpu_count(), "loadavg": {k: [round(x, 2) for x in v] for k, v in load.items()},
     }
     if "piped" in results:

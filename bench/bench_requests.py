@@ -212,7 +212,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--grammar", action="store_true", help="also time executed requests under their grammars")
     ap.add_argument("--engine", default="hf", choices=("hf", "vllm"),
-                    help="vllm: the vLLM engine (CPU build or GPU), async driver and rounds, next to the hf KV executor")
+                    help="vllm: the vLLM engine (CPU build or GPU), async driver and rounds, "
+                         "next to the hf KV executor")
     ap.add_argument("--kv-gib", type=int, default=1, help="vLLM on CPU: KV cache GiB")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -243,8 +244,8 @@ def main() -> None:
     print(" ".join(f"{k:>12.12}" for k in keys))
     for r in rows:
         print(" ".join(f"{r[k]!s:>12.12}" for k in keys))
-    print(json.dumps({"bench": "requests", "engine": args.engine, "threads": args.threads, "load": os.getloadavg(), "n": args.n,
-                      "family": args.family, "difficulty": args.difficulty, "hidden": args.hidden,
+    print(json.dumps({"bench": "requests", "engine": args.engine, "threads": args.threads, "load": os.getloadavg(),
+                      "n": args.n, "family": args.family, "difficulty": args.difficulty, "hidden": args.hidden,
                       "layers": args.layers, "rows": rows}))
 
 

@@ -99,7 +99,8 @@ def main() -> None:
         out, _ = proc.communicate()
     stop.set()
     wall = time.monotonic() - t0
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()] if (run / "metrics.jsonl").exists() else []
+    rows = ([json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+            if (run / "metrics.jsonl").exists() else [])
     rl = [r for r in rows if "reward/mean" in r]
     steps = [r["step"] for r in rows]
     exact = len(rl) == args.rl_steps and len(steps) == len(set(steps)) and all(

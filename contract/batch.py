@@ -4,7 +4,8 @@ Data flows driver -> rollout -> reward -> driver (advantages) -> learner as thes
 dataclasses, grouped by who fills them: the engine interface (`SamplingParams` in, `Completion`
 out), the rollout's output (`Prompt` -> `Trajectory`, with the `ExecutionRecord` of how the engine
 produced it), the driver's step data (`ScoredGroup`: a prompt, its samples and their scores; a step's
-`StepSamples`) and the learner's input (`TrainBatch`, `SFTBatch`). Token lists stay plain Python on the rollout/reward side (cheap to pickle,
+`StepSamples`) and the learner's input (`TrainBatch`, `SFTBatch`). Token lists stay plain Python on the \
+rollout/reward side (cheap to pickle,
 no torch needed); the learner-facing ``TrainBatch`` is padded tensors.
 """
 
@@ -120,7 +121,8 @@ class ScoredGroup:
         n = len(self.samples)
         sizes = [len(self.rewards), len(self.correct), *map(len, self.components.values())]
         if not n or any(k != n for k in sizes):
-            raise ValueError(f"a scored group of prompt {self.prompt.uid!r} has {n} samples but scores of sizes {sizes}")
+            raise ValueError(f"a scored group of prompt {self.prompt.uid!r} has {n} samples "
+                             f"but scores of sizes {sizes}")
         if strays := [x.uid for x in self.samples if x.uid != self.prompt.uid]:
             raise ValueError(f"samples of prompts {sorted(set(strays))} in the group of prompt {self.prompt.uid!r}")
 

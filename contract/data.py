@@ -65,7 +65,8 @@ class DataConfig:
             _check(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p < 1, f"data.{key}",
                    f"must be in [0, 1), got {p!r}")
         _check(self.teacher_verify + self.teacher_midfork <= 1, "data.teacher_verify",
-               f"teacher_verify + teacher_midfork must be at most 1, got {self.teacher_verify} + {self.teacher_midfork}")
+               "teacher_verify + teacher_midfork must be at most 1, "
+               f"got {self.teacher_verify} + {self.teacher_midfork}")
         _check(self.trace in ("serial", "parallel_r1", "parason"), "data.trace", f"unknown trace {self.trace!r}")
         try:
             self.spec  # noqa: B018 -- unknown option or bad value: fail at config time

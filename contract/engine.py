@@ -31,7 +31,8 @@ class VLLMConfig:
         _check(0 < self.gpu_memory_utilization <= 1, "rollout.vllm.gpu_memory_utilization", "must be in (0, 1]")
         _check(self.max_model_len is None or self.max_model_len >= 16, "rollout.vllm.max_model_len",
                "must be null or >= 16")
-        _check(self.cpu_kvcache_gib >= 1, "rollout.vllm.cpu_kvcache_gib", "must be >= 1 (whole GiB: VLLM_CPU_KVCACHE_SPACE is an integer)")
+        _check(self.cpu_kvcache_gib >= 1, "rollout.vllm.cpu_kvcache_gib",
+               "must be >= 1 (whole GiB: VLLM_CPU_KVCACHE_SPACE is an integer)")
 
     def engine_kwargs(self) -> dict[str, Any]:
         return dict(vars(self))

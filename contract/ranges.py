@@ -39,7 +39,8 @@ class Range:
     def __str__(self) -> str:
         lo = "-inf" if self.lo is None else f"{self.lo:g}"
         hi = "inf" if self.hi is None else f"{self.hi:g}"
-        return f"{'(' if self.lo_open or self.lo is None else '['}{lo}, {hi}{')' if self.hi_open or self.hi is None else ']'}"
+        return (f"{'(' if self.lo_open or self.lo is None else '['}{lo}, "
+                f"{hi}{')' if self.hi_open or self.hi is None else ']'}")
 
     def bad(self) -> float:
         """A value outside the range (the table-driven test's probe)."""
@@ -88,7 +89,8 @@ RANGES: dict[str, Range] = {
     "learner.num_actors": COUNT, "learner.zero_stage": Range(0, 3), "learner.lr": gt(0),
     "learner.weight_decay": NONNEG, "learner.betas.*": unit(hi_open=True), "learner.adam_eps": gt(0),
     "learner.grad_clip": gt(0), "learner.micro_batch_size": COUNT, "learner.clip_ratio_low": unit(hi_open=True),
-    "learner.clip_ratio_high": NONNEG, "learner.kl_coef": NONNEG, "learner.ppo_epochs": COUNT, "learner.rollout_is_cap": gt(1), "learner.ppo_mini_batches": COUNT,
+    "learner.clip_ratio_high": NONNEG, "learner.kl_coef": NONNEG, "learner.ppo_epochs": COUNT,
+    "learner.rollout_is_cap": gt(1), "learner.ppo_mini_batches": COUNT,
     "learner.num_cpus": gt(0), "learner.num_gpus": NONNEG, "learner.torch_threads": COUNT, "learner.sft_lr": gt(0),
     "learner.sft_weight_decay": NONNEG, "learner.sft_warmup_ratio": unit(), "learner.sft_pack_length": COUNT,
     "learner.sft_tag_lr_mult": gt(0), "learner.lora.r": NONNEG, "learner.lora.alpha": gt(0),
@@ -96,7 +98,8 @@ RANGES: dict[str, Range] = {
     # trainer
     "trainer.sft_batch_size": COUNT, "trainer.prompts_per_step": COUNT, "trainer.eval_samples": NONNEG,
     "trainer.eval_budgets.*": COUNT, "trainer.eval_every": NONNEG, "trainer.eval_limit": COUNT,
-    "trainer.save_every": NONNEG, "trainer.save_every_min": NONNEG, "trainer.keep_checkpoints": NONNEG, "trainer.seed": SEED,
+    "trainer.save_every": NONNEG, "trainer.save_every_min": NONNEG, "trainer.keep_checkpoints": NONNEG,
+    "trainer.seed": SEED,
     "trainer.max_failures": NONNEG, "trainer.max_staleness": NONNEG, "trainer.dynamic_sampling_rounds": NONNEG,
     # curriculum
     "curriculum.stages.*.steps": NONNEG, "curriculum.stages.*.epochs": gt(0), "curriculum.stages.*.batch_size": COUNT,
@@ -106,7 +109,8 @@ RANGES: dict[str, Range] = {
     "curriculum.stages.*.until.*.value": Range(), "curriculum.stages.*.until.*.min_steps": NONNEG,
     "curriculum.stages.*.until.*.patience": COUNT,
     # cluster, logging, scale
-    "cluster.num_cpus": COUNT, "cluster.start_timeout_s": gt(0), "cluster.max_restarts": NONNEG, "cluster.placement_timeout_s": gt(0), "logging.print_every": NONNEG,
+    "cluster.num_cpus": COUNT, "cluster.start_timeout_s": gt(0), "cluster.max_restarts": NONNEG,
+    "cluster.placement_timeout_s": gt(0), "logging.print_every": NONNEG,
     "logging.table_every": NONNEG, "logging.table_rows": COUNT, "cluster.metrics_export_port": Range(0, 65535),
     "scale.max_stage_steps": NONNEG, "scale.max_prompts": NONNEG, "scale.max_sft_batch": NONNEG,
     "scale.max_rollout_n": NONNEG,

@@ -23,4 +23,5 @@ It imports no package of the project, and pyarrow only to read a parquet file: i
 from datafiles.fields import ANSWER_FIELDS, TEXT_FIELDS, FieldError, field, find_field, text_of
 from datafiles.rows import Row, parse_line, read_rows
 
-__all__ = ["ANSWER_FIELDS", "TEXT_FIELDS", "FieldError", "Row", "field", "find_field", "parse_line", "read_rows", "text_of"]
+__all__ = ["ANSWER_FIELDS", "TEXT_FIELDS", "FieldError", "Row", "field", "find_field", "parse_line", "read_rows",
+           "text_of"]

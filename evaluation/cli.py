@@ -104,7 +104,8 @@ def _parser() -> argparse.ArgumentParser:
     o = sub.add_parser("outputs", help="score a file of model outputs (JSONL, JSON, parquet; verl rollout dumps)")
     o.add_argument("path")
     o.add_argument("--text-field", default=None, help=f"dotted path of the text (default: first of {TEXT_FIELDS})")
-    o.add_argument("--answer-field", default=None, help=f"dotted path of the answer (default: first of {ANSWER_FIELDS})")
+    o.add_argument("--answer-field", default=None,
+                   help=f"dotted path of the answer (default: first of {ANSWER_FIELDS})")
     o.add_argument("--uid-field", default=None, help=f"dotted path of the problem id (default: first of {_UID_FIELDS})")
     o.add_argument("--tokenizer", default=None, help="HF tokenizer dir for real token counts")
     o.add_argument("--benchmark", default="default", help="benchmark of rows without one")
@@ -169,7 +170,8 @@ def model_dir(path: str | Path) -> Path:
     for d in (path, path / "model"):
         if (d / "config.json").is_file():
             return d
-    raise ValueError(f"{str(path)!r} is neither a model directory (config.json) nor a run's checkpoint (model/config.json)")
+    raise ValueError(f"{str(path)!r} is neither a model directory (config.json) "
+                     "nor a run's checkpoint (model/config.json)")
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
@@ -182,7 +184,8 @@ def _checkpoint(args: argparse.Namespace) -> int:
     diff = tuple(args.toy_difficulty) if len(args.toy_difficulty) > 1 else args.toy_difficulty[0]
     problems = []
     for name in [b for b in args.benchmarks.split(",") if b]:
-        toy = {"n": args.toy_n, "seed": args.toy_seed, "difficulty": diff, "family": args.toy_family} if name == "toyworld" else {}
+        toy = ({"n": args.toy_n, "seed": args.toy_seed, "difficulty": diff, "family": args.toy_family}
+               if name == "toyworld" else {})
         problems += load_benchmark(name, sources.get(name), data_dir=args.data_dir, limit=args.limit, **toy)
     k = args.k or 1
     samples, tok = generate_samples(args.path, problems, k, temperature=args.temperature, top_p=args.top_p,

@@ -234,7 +234,8 @@ def evaluate_outputs(samples: list[dict], fmt: str = "parallel_r1", k: int | Non
     by_bench: dict[str, list[tuple[dict, list[dict]]]] = defaultdict(list)
     for (bench, _uid), g in groups.items():
         by_bench[bench].append((g[0], recs[(bench, _uid)]))
-    result: dict[str, Any] = {"format": fmt.name, "k": k, "budgets": list(budgets), "pass_ks": pass_ks, "benchmarks": {}}
+    result: dict[str, Any] = {"format": fmt.name, "k": k, "budgets": list(budgets), "pass_ks": pass_ks,
+                              "benchmarks": {}}
     for bench, items in sorted(by_bench.items()):
         summ = _summary([r for _, r in items], k, pass_ks, budgets)
         numbers = [int(s["problem_number"]) for s, _ in items if s.get("problem_number") is not None]
@@ -243,7 +244,8 @@ def evaluate_outputs(samples: list[dict], fmt: str = "parallel_r1", k: int | Non
             name = stratum_of(s, max(numbers) if numbers else None)
             if name is not None:
                 strata[name].append(r)
-        summ["strata"] = {name: _summary(strata[name], k, pass_ks, budgets) for name in sorted(strata, key=_stratum_key)}
+        summ["strata"] = {name: _summary(strata[name], k, pass_ks, budgets)
+                          for name in sorted(strata, key=_stratum_key)}
         result["benchmarks"][bench] = summ
     benches = list(result["benchmarks"].values())
     result["overall"] = {

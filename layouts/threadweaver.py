@@ -44,4 +44,5 @@ def threadweaver_train_batch(trajs: list[Trajectory], advantages: list[float], p
             resp.append([float(o) for o in own])
             old.append([lp[c] if o else 0.0 for c, o in zip(cols, own)])
             adv.append([a if o else 0.0 for o in own])
-    return padded_train_batch(ids, resp, old, adv, pad_id)  # causal rows, positions 0..n-1: a join row is re-read flat, as ThreadWeaver's engine re-prefills it
+    # causal rows, positions 0..n-1: a join row is re-read flat, as ThreadWeaver's engine re-prefills it
+    return padded_train_batch(ids, resp, old, adv, pad_id)

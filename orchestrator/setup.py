@@ -141,7 +141,8 @@ class Groups:
         out = {}
         for name, ref in refs.items():
             try:
-                out[name] = ray.get(ref, timeout=0) if ref in ready else {"unavailable": f"no answer in {timeout_s:.0f} s"}
+                out[name] = (ray.get(ref, timeout=0) if ref in ready
+                             else {"unavailable": f"no answer in {timeout_s:.0f} s"})
             except ray.exceptions.RayActorError as e:
                 out[name] = {"unavailable": summary(e)}
         return out

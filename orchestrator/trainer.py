@@ -58,7 +58,8 @@ class Trainer:
         self.groups: Groups = build_groups(cfg, self.model_path, self.run_dir.name)
         self.stage_table: list[dict[str, Any]] = []
         g = self.groups
-        self.weights = EngineWeights(g.sync, g.learner, g.rollout, cfg.cluster.max_restarts, cfg.cluster.start_timeout_s)
+        self.weights = EngineWeights(g.sync, g.learner, g.rollout, cfg.cluster.max_restarts,
+                                     cfg.cluster.start_timeout_s)
         self._ahead: list[generation.Started] = []  # generations started for later steps (the pipeline)
         if ckpt is None and cfg.resume == "auto":
             truncate_metrics(self.run_dir / "metrics.jsonl", 0)  # starting over: rows of an earlier try go
@@ -119,8 +120,8 @@ class Trainer:
                       "a task the model always or never solves teaches nothing)", flush=True)
             with t("update"):
                 lr, wd = self._lr(stage)
-                stats = generation.mean_dicts(get_all(g.learner.async_grpo_step(batch, lr, wd, self.cfg.rollout.temperature),
-                                            "learner"))
+                stats = generation.mean_dicts(get_all(
+                    g.learner.async_grpo_step(batch, lr, wd, self.cfg.rollout.temperature), "learner"))
             with t("sync"):
                 synced = self.weights.push()  # sync/bytes, sync/buckets, timing/sync_send
         every = self.cfg.logging.table_every

@@ -86,7 +86,8 @@ class RequestExecutor(ExecutorBase):
         self._params, self._next_request, self.rounds, self._reqs, self.free = params, 0, 0, [], 0
         # every id the engine itself stops on (vLLM adds the generation config's EOS ids)
         self._stops = {self.eos, *params.stop_token_ids, *getattr(self.engine, "stop_ids", ())}
-        self._sp = dataclasses.replace(params, stop_token_ids=tuple(sorted(set(params.stop_token_ids) | self.stop_tags())))
+        self._sp = dataclasses.replace(params,
+                                       stop_token_ids=tuple(sorted(set(params.stop_token_ids) | self.stop_tags())))
         trajs = [Traj(i) for i in range(len(prompts))]
         pending = [self._main(t, p) for t, p in zip(trajs, prompts)]
         if self.streaming:
@@ -118,8 +119,8 @@ class RequestExecutor(ExecutorBase):
                 kw["grammar"] = [self._grammar(r) for r in pending]
             if self.processor is not None:
                 kw["processor"] = engine_processor(self.processor, [r.view() for r in pending])
-            outs = self.engine.generate([r.context for r in pending], dataclasses.replace(sp, max_new_tokens=max(limits)),
-                                        limits=limits, **kw)
+            outs = self.engine.generate([r.context for r in pending],
+                                        dataclasses.replace(sp, max_new_tokens=max(limits)), limits=limits, **kw)
             self.rounds += 1
             self._returned(pending, outs, limits)
             pending = self._settle()
@@ -143,7 +144,8 @@ class RequestExecutor(ExecutorBase):
                 if id(r) in busy:
                     continue
                 lim = self._limit(r)
-                sp = dataclasses.replace(self._sp, max_new_tokens=lim, seed=substream(self._params.seed, EXECUTOR_ROUND, submitted))
+                sp = dataclasses.replace(self._sp, max_new_tokens=lim,
+                                         seed=substream(self._params.seed, EXECUTOR_ROUND, submitted))
                 kw = {} if self.processor is None else {"processor": engine_processor(self.processor, [r.view()])}
                 self.engine.submit(submitted, list(r.context), sp, lim, self._grammar(r) if self.cfg.grammar else None,
                                    **kw)

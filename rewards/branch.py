@@ -97,7 +97,8 @@ def _share(units: list[str], ground_truth: str) -> float:
 def steps_share(text: str, fmt, ground_truth: str) -> float:
     """The share of ``text``'s units whose steps check (0 when it does not parse in ``fmt``).
 
-    >>> steps_share("<Parallel><Path>3*4=12</Path><Path>5*6=31</Path></Parallel><Summary>12+30=42</Summary>", "parallel_r1", "42")
+    >>> steps_share("<Parallel><Path>3*4=12</Path><Path>5*6=31</Path></Parallel><Summary>12+30=42</Summary>", \
+"parallel_r1", "42")
     0.6666666666666666
     """
     import formats
@@ -128,5 +129,6 @@ def branch_acc(samples: Sequence[Sample], ctx: RewardContext, p: BranchParams) -
     shares = [_share(sample_units(s), ctx.ground_truth) for s in samples]
     rewards = [(p.correct if s.correct else p.wrong) + p.branch_weight * share for s, share in zip(samples, shares)]
     return GroupScore(rewards, [s.correct for s in samples],
-                      {"acc": [float(s.correct) for s in samples], "format_valid": [float(s.format_valid) for s in samples],
+                      {"acc": [float(s.correct) for s in samples],
+                       "format_valid": [float(s.format_valid) for s in samples],
                        "parallel": [float(s.has_parallel) for s in samples], "branch_share": shares})

@@ -152,7 +152,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     sc.add_argument("--text-field", default=None, help=f"dotted path of the text (default: first of {TEXT_FIELDS})")
     sc.add_argument("--answer-field", default=None,
                     help=f"dotted path of the reference answer (default: first of {ANSWER_FIELDS})")
-    sc.add_argument("--group-field", default=None, help="dotted path grouping samples (default: group; verl dumps: input)")
+    sc.add_argument("--group-field", default=None,
+                    help="dotted path grouping samples (default: group; verl dumps: input)")
     sc.add_argument("--reward", required=True, help=f"one of: {', '.join(reward_names())}")
     sc.add_argument("--step", type=int, default=0, help="0-based global step (S2 schedule)")
     sc.add_argument("--stage", default="")

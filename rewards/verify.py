@@ -145,7 +145,8 @@ def preload_modules(verifiers) -> tuple[str, ...]:
     return mods + (("verl.utils.reward_score.math_dapo",) if "dapo" in set(verifiers) else ())
 
 
-def slow_verify(pred: str | None, gold: str, verifier: str, final_text: str = "") -> tuple[bool, str | None, str | None]:
+def slow_verify(pred: str | None, gold: str, verifier: str,
+                final_text: str = "") -> tuple[bool, str | None, str | None]:
     """The sympy / verl step, ``(correct, pred, reason)`` (reason None when correct); meant for a
     pool worker.
 

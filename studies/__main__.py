@@ -19,7 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m studies", description=__doc__)
     ap.add_argument("name", choices=[*STUDIES, "report"], help="the study to run, or 'report' to rebuild one from disk")
     ap.add_argument("path", nargs="?", help="with 'report': the study's output directory")
-    ap.add_argument("--out", default="runs/studies", help="parent directory of the study's output (default runs/studies)")
+    ap.add_argument("--out", default="runs/studies",
+                    help="parent directory of the study's output (default runs/studies)")
     ap.add_argument("--seeds", type=int, nargs="+", help="RL seeds (default: the study's)")
     ap.add_argument("--sft-steps", type=int, help="SFT steps (default: the study's)")
     ap.add_argument("--rl-steps", type=int, help="RL steps per arm (default: the study's)")
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"studies: {e}", file=sys.stderr)
         return 1
     print((out / "results.md").read_text())
-    print(f"{study.name}: {time.monotonic() - t0:.0f} s in all ({', '.join(f'{k} {v:.0f} s' for k, v in times.items())}); "
+    print(f"{study.name}: {time.monotonic() - t0:.0f} s in all "
+          f"({', '.join(f'{k} {v:.0f} s' for k, v in times.items())}); "
           f"{out / 'summary.png'}, {out / 'results.json'}")
     return 0
 

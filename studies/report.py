@@ -107,8 +107,8 @@ def to_markdown(table: list[dict], study: Study) -> str:
     head += [f"{k} (training batch): first 5 steps -> last 5" for k in study.curves]
     lines = [study.question, "", "| arm | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
     for r in table:
-        cells = [f"{_num(r[k + ':start']['mean'])} -> **{_num(r[k + ':final']['mean'])}** ({_num(r[k + ':peak']['mean'])}) "
-                 f"[{_seeds(r[k + ':final'])}]" for k in study.eval_curves]
+        cells = [f"{_num(r[k + ':start']['mean'])} -> **{_num(r[k + ':final']['mean'])}** "
+                 f"({_num(r[k + ':peak']['mean'])}) [{_seeds(r[k + ':final'])}]" for k in study.eval_curves]
         cells += [f"{_num(r[k + ':first5']['mean'])} -> **{_num(r[k + ':last5']['mean'])}** [{_seeds(r[k + ':last5'])}]"
                   for k in study.curves]
         lines.append(f"| {r['arm']} (seeds {', '.join(map(str, r['seeds']))}) | " + " | ".join(cells) + " |")
@@ -151,8 +151,8 @@ def write_report(out: Path, study: Study, times: dict | None = None) -> dict:
     out = Path(out)
     curves = load_study(out, study)
     table = summarise(curves, study)
-    results = {"study": study.name, "question": study.question, "shared": list(study.shared), "sft_steps": study.sft_steps,
-               "rl_steps": study.rl_steps, "table": table, "times_s": times or {},
+    results = {"study": study.name, "question": study.question, "shared": list(study.shared),
+               "sft_steps": study.sft_steps, "rl_steps": study.rl_steps, "table": table, "times_s": times or {},
                "curves": {a: {str(s): c for s, c in seeds.items()} for a, seeds in curves.items()}}
     (out / "results.json").write_text(json.dumps(results, indent=1))
     (out / "results.md").write_text(to_markdown(table, study))

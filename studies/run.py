@@ -46,11 +46,13 @@ def sft_model(out: Path) -> Path:
     return ckpts[-1] / "model"
 
 
-def arm_command(study: Study, arm: Arm, out: Path, model: Path, seeds: Sequence[int], extra: Sequence[str] = ()) -> list[str]:
+def arm_command(study: Study, arm: Arm, out: Path, model: Path, seeds: Sequence[int],
+                extra: Sequence[str] = ()) -> list[str]:
     """One arm: a sweep over ``trainer.seed`` from the SFT model, into ``<out>/<arm>/<job>/``."""
     fill = {"model": str(model), "steps": study.rl_steps, "switch": study.switch, "eval_every": study.eval_every}
     overrides = [_fill(o, fill) for o in (*study.rl, *arm.overrides)]
-    return [sys.executable, "-m", "orchestrator", "-m", f"hydra.sweep.dir={out / arm.name}", "hydra.sweep.subdir=seed_${trainer.seed}",
+    return [sys.executable, "-m", "orchestrator", "-m", f"hydra.sweep.dir={out / arm.name}",
+            "hydra.sweep.subdir=seed_${trainer.seed}",
             *study.shared, *study.common, *QUIET, *overrides, "trainer.seed=" + ",".join(map(str, seeds)), *extra]
 
 
@@ -68,7 +70,8 @@ def _run(cmd: list[str], log: Path, what: str, timeout_s: float) -> float:
         f.write(" ".join(cmd) + "\n")
         f.flush()
         try:
-            rc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s, check=False).returncode
+            rc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, timeout=timeout_s,
+                                check=False).returncode
         except subprocess.TimeoutExpired:
             rc = None
     if rc != 0:

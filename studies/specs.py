@@ -48,10 +48,11 @@ class Study:
 
 # The default curriculum (parallel_r1_toy: sft, easy_rl, acc_rl) with its RL stages re-purposed:
 # easy_rl off, acc_rl runs the arm's reward for `steps` steps at the toy LR (5e-5).
-_TOY_RL = ("curriculum.stages.sft.steps=0", "curriculum.stages.easy_rl.steps=0", "curriculum.stages.acc_rl.steps={steps}")
+_TOY_RL = ("curriculum.stages.sft.steps=0", "curriculum.stages.easy_rl.steps=0",
+           "curriculum.stages.acc_rl.steps={steps}")
 # The scaffold curriculum: one RL stage, `dapo`, whose reward schedule the arm sets.
-_SCAFFOLD_RL = ("curriculum=parallel_r1_scaffold", "curriculum.stages.sft.steps=0", "curriculum.stages.dapo.steps={steps}",
-                "curriculum.stages.dapo.lr=5e-5")
+_SCAFFOLD_RL = ("curriculum=parallel_r1_scaffold", "curriculum.stages.sft.steps=0",
+                "curriculum.stages.dapo.steps={steps}", "curriculum.stages.dapo.lr=5e-5")
 
 STUDIES: dict[str, Study] = {
     "drift": Study(

@@ -16,7 +16,8 @@ SHARED = "tests/e2e/test_rl_beats_sft.py"  # its hf arm shares the vLLM arm's SF
 
 def _collected(tier: str | None, *args: str) -> list[str]:
     env = {k: v for k, v in os.environ.items() if k != "PARALLAX_TIER"} | ({"PARALLAX_TIER": tier} if tier else {})
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args, FILE, SHARED],
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          *args, FILE, SHARED],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode in (0, 5), out.stdout[-2000:] + out.stderr[-2000:]  # 5: nothing selected
     return [line for line in out.stdout.splitlines() if "::" in line]

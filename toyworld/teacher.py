@@ -165,7 +165,8 @@ def render_all(sol: Solution, answer_line: bool = True, r1_spec: FormatSpec = PA
     >>> from toyworld.problem import Part
     >>> s = Solution("subtask", (Part("3*4", "3*4=12"), Part("5*6", "5*6=30")), "12+30=42", 42)
     >>> render_all(s, shape="verify")["parallel_r1"]
-    '3*4=12 5*6=30 12+30=42 <Parallel><Path>3*4=12</Path><Path>5*6=30</Path></Parallel><Summary>12+30=42</Summary> #### 42'
+    '3*4=12 5*6=30 12+30=42 <Parallel><Path>3*4=12</Path><Path>5*6=30</Path></Parallel>\
+<Summary>12+30=42</Summary> #### 42'
     """
     return {
         "serial": render_serial(sol, answer_line),

@@ -54,7 +54,8 @@ def _r1_to_parason(tree: Tree, labels: Sequence[Sequence[tuple[str, str | None]]
                 if kind not in (SUBTASK, TRIAL):
                     raise ValueError(f"block {bi}: kind must be {SUBTASK!r} or {TRIAL!r}, got {kind!r}")
                 body = "".join(br.body)
-                branches.append(Branch(kind, (body,) if body else (), _outline_of(body) if outline is None else outline))
+                branches.append(Branch(kind, (body,) if body else (),
+                                       _outline_of(body) if outline is None else outline))
             nodes.append(Block(tuple(branches), None, ()))
             carry, bi = node.summary or "", bi + 1
         else:

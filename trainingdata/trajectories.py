@@ -21,7 +21,8 @@ Fields (dotted paths, `datafiles`): the prompt is `prompt_field` or the first of
 chat-message list is rendered with the tokenizer's chat template when it has one, else it is the
 content of its last user message; a bare question (`question`, `problem`) gets Parallel-R1's
 prompt (`trainingdata.prompts.build_prompt`, style ``paper``); a string prompt is the user turn. The trajectory is
-`text_field` or the first of `SFT_TEXT_FIELDS` (the builder writes `trace`, verl's SFT sets `output`); the answer `answer_field` or
+`text_field` or the first of `SFT_TEXT_FIELDS` (the builder writes `trace`, verl's SFT sets `output`); the answer \
+`answer_field` or
 the first of `datafiles.ANSWER_FIELDS` (`reward_model.ground_truth` in verl).
 
 What is trained on is the text as the executor writes it (`formats`: ``is_written``): the summary
@@ -136,7 +137,8 @@ def writable_tree(tree, spec):
             kind = br.kind
             if kind == OUTLINE:
                 if spec.outline_kind == OUTLINE:
-                    raise ValueError(f"an untyped {spec.outline_open} entry (set outline_kind=subtask|trial to train on it)")
+                    raise ValueError(f"an untyped {spec.outline_open} entry "
+                                     "(set outline_kind=subtask|trial to train on it)")
                 kind = spec.outline_kind
             branches.append(Branch(kind, nodes(br.body) if spec.is_parason else br.body, br.outline))
         return replace(b, branches=tuple(branches), gaps=(), placement=None)
@@ -276,7 +278,8 @@ def load_prompts(path: str, spec, *, prompt_field: str | None = None, answer_fie
             report.bad.append({"line": n, "code": "no_prompt", "message": f"no prompt (fields {PROMPT_FIELDS})"})
             continue
         if answer is None or str(answer).strip() == "":
-            report.bad.append({"line": n, "code": "no_answer", "message": f"no reference answer (fields {ANSWER_FIELDS})"})
+            report.bad.append({"line": n, "code": "no_answer",
+                               "message": f"no reference answer (fields {ANSWER_FIELDS})"})
             continue
         if char_limit is not None and len(prompt) >= char_limit:  # before tokenizing
             report.bad.append({"line": n, "code": "too_long", "message": f"{len(prompt)} prompt characters: at "

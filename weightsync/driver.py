@@ -209,7 +209,8 @@ class CollectiveSync:
         stats = dict(got["learner"][0])
         received = [v for name, vs in got.items() if name != "learner" for v in vs]
         if any(r != stats["sync/bytes"] for r in received):
-            raise RuntimeError(f"weight sync: learner sent {stats['sync/bytes']:.0f} bytes, engines received {received}")
+            raise RuntimeError(f"weight sync: learner sent {stats['sync/bytes']:.0f} bytes, "
+                               f"engines received {received}")
         return stats
 
 

@@ -48,7 +48,8 @@ def _plain(model_path: str):
 
 # ---- config ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kwargs,key", [
-    ({"r": -1}, "learner.lora.r"), ({"alpha": 0.0}, "learner.lora.alpha"), ({"alpha": float("nan")}, "learner.lora.alpha"),
+    ({"r": -1}, "learner.lora.r"), ({"alpha": 0.0}, "learner.lora.alpha"),
+    ({"alpha": float("nan")}, "learner.lora.alpha"),
     ({"dropout": 1.0}, "learner.lora.dropout"), ({"dropout": -0.1}, "learner.lora.dropout"),
     ({"target_modules": []}, "learner.lora.target_modules"), ({"target_modules": [""]}, "learner.lora.target_modules"),
     ({"target_modules": ["all-linear", "q_proj"]}, "learner.lora.target_modules"),
@@ -170,7 +171,8 @@ def test_grpo_step_with_lora_scores_as_the_exported_model_does(tiny_model_path, 
     learner.sft_step(sft, int(sft.loss_mask.sum()), lr=1e-3)  # the adapters and tag rows away from the base
     plain = _plain(tiny_model_path)
     with torch.no_grad():
-        base = score_logprobs(plain, batch.input_ids, batch.attention_mask, 1.0, None, "cpu", scored=batch.response_mask)
+        base = score_logprobs(plain, batch.input_ids, batch.attention_mask, 1.0, None, "cpu",
+                              scored=batch.response_mask)
     torch.testing.assert_close(learner._ref_logprobs(batch, 1.0) * batch.response_mask, base * batch.response_mask)
     stats = learner.grpo_step(batch, int(batch.response_mask.sum()), len(batch), lr=1e-3)
     assert all(torch.isfinite(torch.tensor(v)) for v in stats.values()), stats

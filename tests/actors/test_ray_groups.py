@@ -91,8 +91,9 @@ def _learners(ray_cluster, model_path, world: int, stage: int, **learner):
     addr, (port, _), tmp = ray_cluster.get(_rendezvous.remote())
     init = store_address(True, addr, port, tmp, f"dp{world}-z{stage}")
     return LearnerGroup("learner", LearnerWorker, world, pg, 0, 0.25, 0.0,
-                        lambda i: {"cfg": cfg, "model_path": model_path, "dtype": "float32", "rank": i, "world_size": world,
-                                       "init_method": init, "master_port": port}, f"dp{world}-z{stage}"), pg
+                        lambda i: {"cfg": cfg, "model_path": model_path, "dtype": "float32", "rank": i,
+                                   "world_size": world, "init_method": init, "master_port": port},
+                        f"dp{world}-z{stage}"), pg
 
 
 def test_two_zero3_learners_match_one_learner(ray_cluster, tiny_model_path, tmp_path):

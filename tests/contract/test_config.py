@@ -164,15 +164,17 @@ def test_grammar_is_reachable_on_both_engines_in_every_mode():
     for engine in ("hf", "vllm"):
         for mode in ("off", "sequential", "executed"):
             # vLLM's logprobs come after its grammar mask: the learner scores the behaviour policy itself
-            cfg = validate(_compose(f"rollout={engine}", f"rollout.executor.mode={mode}", "rollout.executor.grammar=true",
-                                    "learner.layout=structured", f"learner.recompute_old_logprobs={engine == 'vllm'}"))
+            cfg = validate(_compose(f"rollout={engine}", f"rollout.executor.mode={mode}",
+                                    "rollout.executor.grammar=true", "learner.layout=structured",
+                                    f"learner.recompute_old_logprobs={engine == 'vllm'}"))
             assert (cfg.rollout.executor.mode, cfg.rollout.executor.grammar) == (mode, True)
 
 
 def test_format_options_compose_from_the_command_line():
     from hydra.errors import ConfigCompositionException
 
-    cfg = validate(_compose("data.format_options.summary_placement=inside", "data.format_options.summary_accept=[inside]"))
+    cfg = validate(_compose("data.format_options.summary_placement=inside",
+                            "data.format_options.summary_accept=[inside]"))
     assert (cfg.data.spec.summary_placement, cfg.data.spec.summary_accept) == ("inside", ("inside",))
     assert validate(_compose()).data.spec.summary_placement == "after"  # the public convention
     with pytest.raises(ConfigCompositionException, match="data.format_options.outline"):

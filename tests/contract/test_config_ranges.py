@@ -118,7 +118,8 @@ def test_the_cli_refuses_before_ray_starts(refused):
     """The issue's probes, through the real entry point (in-process: tests/conftest.py `refused`): exit 2,
     the key named, no Ray."""
     for override, key in [("+learner.foo=1", "learner.foo"), ("learner.ppo_epochs=0", "learner.ppo_epochs"),
-                          ("rollout.temperature=inf", "rollout.temperature"), ("model.path=/nonexistent", "model.path")]:
+                          ("rollout.temperature=inf", "rollout.temperature"),
+                          ("model.path=/nonexistent", "model.path")]:
         err = refused(override)
         assert f"parallax: config error: {key}" in err, err[-2000:]
 
@@ -133,7 +134,8 @@ def test_learner_autocast_is_off_bf16_or_auto():
 def test_learner_attn_implementation_is_auto_sdpa_or_flex_attention():
     assert _validate().learner.attn_implementation == "auto"
     assert _validate("learner.attn_implementation=flex_attention").learner.attn_implementation == "flex_attention"
-    with pytest.raises(ConfigError, match="learner.attn_implementation: must be auto, sdpa or flex_attention, got 'eager'"):
+    with pytest.raises(ConfigError,
+                       match="learner.attn_implementation: must be auto, sdpa or flex_attention, got 'eager'"):
         _validate("learner.attn_implementation=eager")
 
 

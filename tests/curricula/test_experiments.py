@@ -82,7 +82,8 @@ def test_cpu_scale_composes_and_is_small(name):
     if name in PAPER:  # same stages and rewards as the paper, only the numbers shrink
         paper = _compose(f"+experiment=paper/{name}")
         paper_cur = paper.curriculum.build(paper.reward)
-        assert [(s.name, s.kind, s.reward) for s in cur.stages] == [(s.name, s.kind, s.reward) for s in paper_cur.stages]
+        assert [(s.name, s.kind, s.reward) for s in cur.stages] == \
+            [(s.name, s.kind, s.reward) for s in paper_cur.stages]
         assert [s.reward_names() for s in cur.stages] == [s.reward_names() for s in paper_cur.stages]
 
 

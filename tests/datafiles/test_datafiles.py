@@ -9,7 +9,8 @@ import pytest
 
 from datafiles import FieldError, field, find_field, read_rows, text_of
 
-SAMPLE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "parallel_r1" / "gsm8k_parallel_sft_sample.parquet"
+SAMPLE = (Path(__file__).resolve().parents[2].parent / "shared" / "data" / "parallel_r1"
+          / "gsm8k_parallel_sft_sample.parquet")
 
 
 @pytest.fixture(scope="module")

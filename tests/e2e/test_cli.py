@@ -118,7 +118,8 @@ def test_stages_on_a_trajectories_file_report_their_bad_rows(tmp_path, attach):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     report = json.loads((run_dir / "data_sft.json").read_text())
     assert (report["rows"], report["kept"]) == (9, 8)
-    assert report["bad_rows"] == [{"line": 4, "code": "no_final_answer", "message": "no final answer after the last block"}]
+    assert report["bad_rows"] == [{"line": 4, "code": "no_final_answer",
+                                   "message": "no final answer after the last block"}]
     assert "line 4: no_final_answer" in out.stderr
     rl = json.loads((run_dir / "data_rl.json").read_text())
     assert (rl["rows"], rl["kept"], rl["bad"]) == (9, 9, 0)  # an RL prompt needs no trajectory

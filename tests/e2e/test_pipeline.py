@@ -40,8 +40,8 @@ def _prompts(run: Path, step: int) -> list[str]:
 def test_staleness_one_overlaps_and_keeps_the_data_order(tmp_path, attach):
     """Through bench/ab_pipeline.py (this is its smoke test too): the same runs, synchronous and
     staleness 1, as the benchmark makes them, then its JSON line and the runs it kept."""
-    cmd = [sys.executable, str(ROOT / "bench" / "ab_pipeline.py"), "--staleness", "0", "1", "--out", str(tmp_path), "--",
-           *BASE, attach, "learner.rollout_is=token", "learner.ppo_mini_batches=2"]
+    cmd = [sys.executable, str(ROOT / "bench" / "ab_pipeline.py"), "--staleness", "0", "1", "--out", str(tmp_path),
+           "--", *BASE, attach, "learner.rollout_is=token", "learner.ppo_mini_batches=2"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     bench = json.loads(out.stdout.strip().splitlines()[-1])

@@ -63,7 +63,8 @@ def test_sigkill_then_resume_matches_uninterrupted(uninterrupted, tmp_path):
     kill_step = _latest_step(killed)
     assert 6 <= kill_step < 10
 
-    out = subprocess.run(_cmd(killed, "resume=auto"), cwd=ROOT, check=False, capture_output=True, text=True, timeout=900)
+    out = subprocess.run(_cmd(killed, "resume=auto"), cwd=ROOT, check=False, capture_output=True, text=True,
+                         timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"at step {kill_step}" in out.stdout
 

@@ -42,8 +42,10 @@ def test_pass_at_k_rejects_bad_input(args):
 
 
 def test_hand_made_outputs_parallel_r1():
-    s = [{"uid": "a", "benchmark": "b", "text": PR, "answer": "42"}, {"uid": "a", "benchmark": "b", "text": "#### 41", "answer": "42"},
-         {"uid": "c", "benchmark": "b", "text": "x y z #### 7", "answer": "7"}, {"uid": "c", "benchmark": "b", "text": "#### 7", "answer": "7"}]
+    s = [{"uid": "a", "benchmark": "b", "text": PR, "answer": "42"},
+         {"uid": "a", "benchmark": "b", "text": "#### 41", "answer": "42"},
+         {"uid": "c", "benchmark": "b", "text": "x y z #### 7", "answer": "7"},
+         {"uid": "c", "benchmark": "b", "text": "#### 7", "answer": "7"}]
     r = evaluate_outputs(s, "parallel_r1", budgets=[3, 8, 100])
     b = r["benchmarks"]["b"]
     assert r["k"] == 2 and b["n_problems"] == 2

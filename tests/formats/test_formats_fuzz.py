@@ -144,7 +144,8 @@ def _mutant(rng: random.Random) -> str:
     return base
 
 
-GENERATORS = [(_soup, 3000), (_structured, 2500), (_mutant, 2500), (_nested, 800), (_interleaved, 700), (_random_unicode, 700)]  # fmt: skip
+GENERATORS = [(_soup, 3000), (_structured, 2500), (_mutant, 2500), (_nested, 800), (_interleaved, 700),
+              (_random_unicode, 700)]  # fmt: skip
 
 
 def test_fuzz_10k_inputs():
@@ -218,7 +219,8 @@ def test_deep_nesting_is_bounded():
 
 
 def test_huge_valid_trajectory_metrics():
-    block = "<Parallel><Outlines><Subtask>a b</Subtask><Trial>c</Trial></Outlines><Thread>w w w</Thread><Thread>v</Thread></Parallel>"
+    block = ("<Parallel><Outlines><Subtask>a b</Subtask><Trial>c</Trial></Outlines>"
+             "<Thread>w w w</Thread><Thread>v</Thread></Parallel>")
     text = ("step " + block + " ") * 20_000
     r = parse(text, PARASON)
     assert r.ok

@@ -70,9 +70,12 @@ HAND = [
     (("First. <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>"
       "<Thread>3*4=12</Thread><Thread>5*6=30</Thread></Parallel> 12+30=42 #### 42"), "parason", True),
     ("<Parallel><Outlines><Subtask>a</Subtask></Outlines><Thread>x</Thread></Parallel>", "parason", False),
-    ("<Parallel><Outlines><Subtask>a</Subtask><Trial>b</Trial></Outlines><Thread>x</Thread></Parallel>", "parason", False),
-    ("<Parallel> <Outlines>\n<Subtask>a</Subtask>\t<Trial>b</Trial> </Outlines>\n<Thread>x</Thread> <Thread>y</Thread>\n</Parallel>", "parason", True),
-    ("<Parallel><Outlines>z<Subtask>a</Subtask><Trial>b</Trial></Outlines><Thread>x</Thread><Thread>y</Thread></Parallel>", "parason", False),
+    ("<Parallel><Outlines><Subtask>a</Subtask><Trial>b</Trial></Outlines><Thread>x</Thread></Parallel>",
+     "parason", False),
+    (("<Parallel> <Outlines>\n<Subtask>a</Subtask>\t<Trial>b</Trial> </Outlines>\n"
+      "<Thread>x</Thread> <Thread>y</Thread>\n</Parallel>"), "parason", True),
+    ("<Parallel><Outlines>z<Subtask>a</Subtask><Trial>b</Trial></Outlines><Thread>x</Thread><Thread>y</Thread></Parallel>",
+     "parason", False),
     ("<Parallel><Path>a</Path><Path>b</Path></Parallel><Summary>s</Summary>", "parallel_r1", True),
     ("<Parallel><Path>a</Path><Path>b</Path></Parallel>\n<Summary>s</Summary>\nFinal Answer: 3", "parallel_r1", True),
     ("<Parallel><Path>a</Path></Parallel><Summary>s</Summary>", "parallel_r1", False),
@@ -126,7 +129,8 @@ def test_inside_placement_grammar(hf_tokenizer):
 def _nest(depth):
     s = "leaf"
     for _ in range(depth):
-        s = f"<Parallel><Outlines><Subtask>o</Subtask><Trial>p</Trial></Outlines><Thread>{s}</Thread><Thread>q</Thread></Parallel>"
+        s = ("<Parallel><Outlines><Subtask>o</Subtask><Trial>p</Trial></Outlines>"
+             f"<Thread>{s}</Thread><Thread>q</Thread></Parallel>")
     return s
 
 

@@ -128,7 +128,8 @@ def test_deep_chain_critical_path():
     depth = 4
     s = "w w w w"
     for _ in range(depth):
-        s = f"<Parallel><Outlines><Subtask>o</Subtask><Subtask>o</Subtask></Outlines><Thread>{s}</Thread><Thread>z</Thread></Parallel>"
+        s = ("<Parallel><Outlines><Subtask>o</Subtask><Subtask>o</Subtask></Outlines>"
+             f"<Thread>{s}</Thread><Thread>z</Thread></Parallel>")
     m = compute_metrics(parse(s).tree)
     # innermost thread: 2 + 4 = 6 critical; each level adds P O e(3) e(3) /O /P = 10 sequential + 2 thread tags
     # and a short thread of 3 off the critical path.

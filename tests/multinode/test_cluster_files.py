@@ -80,7 +80,8 @@ def _slurm_dry_run(tmp_path, *args: str) -> list[str]:
     record = f'echo "$(basename "$0") $*" >> {calls}\n'
     _stub(bin_dir, "scontrol", 'printf "node-a\\nnode-b\\nnode-c\\n"\n')
     # srun -w NODE CMD...: record which node runs what, then run the command (hostname / ray stubs)
-    _stub(bin_dir, "srun", record + 'while [[ $1 == --* || $1 == -w ]]; do [[ $1 == -w ]] && shift; shift; done; "$@"\n')
+    _stub(bin_dir, "srun",
+          record + 'while [[ $1 == --* || $1 == -w ]]; do [[ $1 == -w ]] && shift; shift; done; "$@"\n')
     _stub(bin_dir, "hostname", 'echo 10.0.0.1\n')
     _stub(bin_dir, "ray", record)
     _stub(bin_dir, "python", record)
@@ -159,7 +160,8 @@ def _rayjob(tmp_path):
 
 def _slurm(tmp_path):
     text = (ROOT / "cluster" / "slurm.sh").read_text()
-    sb = dict(line.removeprefix("#SBATCH --").split("=", 1) for line in text.splitlines() if line.startswith("#SBATCH --"))
+    sb = dict(line.removeprefix("#SBATCH --").split("=", 1)
+              for line in text.splitlines() if line.startswith("#SBATCH --"))
     run = next(x for x in _slurm_dry_run(tmp_path) if x.startswith("python -m orchestrator"))  # no arguments
     return run, [(float(sb["cpus-per-task"]), float(sb["gpus-per-node"]))] * int(sb["nodes"]), True
 

@@ -24,7 +24,8 @@ def _cfg(*overrides: str):
     (("trainer.max_staleness=1",), 2, True),  # 2 + 2 threads at once on 2 cores
     (("trainer.max_staleness=1",), 4, False),
     (("trainer.max_staleness=1", "rollout.torch_threads=1", "learner.torch_threads=1"), 2, False),
-    (("trainer.max_staleness=2", "learner.num_actors=2", "rollout.torch_threads=1", "learner.torch_threads=1"), 2, True),
+    (("trainer.max_staleness=2", "learner.num_actors=2", "rollout.torch_threads=1", "learner.torch_threads=1"),
+     2, True),
     (("trainer.max_staleness=1", "cluster.address=auto"), 2, False),  # a cluster: cores are not this machine's
 ])
 def test_the_pipeline_warns_when_its_threads_exceed_the_cores(overrides, cores, warns):

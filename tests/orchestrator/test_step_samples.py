@@ -71,7 +71,8 @@ def test_dynamic_sampling_still_short_tops_up_with_the_steps_own_filtered_groups
     assert [g.prompt.uid for g in out.groups] == ["b", "a", "c"]  # informative first, then the step's own in order
     assert out.metrics["rollout/dynamic_rounds"] == 2 and out.metrics["rollout/dynamic_short"] == 2
     assert out.metrics["rollout/filtered"] == 4
-    assert dynamic.refill(step, max_rounds=0, draw=lambda r: pytest.fail("no round allowed")).groups[0].prompt.uid == "b"
+    assert dynamic.refill(step, max_rounds=0,
+                          draw=lambda r: pytest.fail("no round allowed")).groups[0].prompt.uid == "b"
 
 
 def test_the_sample_table_takes_each_groups_first_sample_before_any_second():

@@ -84,7 +84,8 @@ def test_executed_threads_start_with_their_own_entry_forced(lm, problems):
         P = len(r.record.sampled) - len(r.token_ids)
         assert not any(r.record.sampled[P + start: P + start + 1 + n_head])
         assert r.logprobs[start: start + 1 + n_head] == [0.0] * (1 + n_head)
-        assert len({tuple(t) for t in threads}) == len({br.outline for br in branches})  # distinct entries: distinct threads
+        # distinct entries: distinct threads
+        assert len({tuple(t) for t in threads}) == len({br.outline for br in branches})
 
 
 def test_without_headers_greedy_threads_are_identical(lm, problems):
@@ -110,7 +111,8 @@ def test_both_modes_write_and_force_the_same_headers(lm, problems):
     _, ex_runs, _ = run_replay(lm, problems, "executed")
     _, seq_runs, _ = run_replay(lm, problems, "sequential")
     for p, a, b in zip(problems, ex_runs, seq_runs):
-        assert a.token_ids == b.token_ids == tok.encode(p.traces["parason"], add_special_tokens=False) + [tok.eos_token_id]
+        assert a.token_ids == b.token_ids == \
+            tok.encode(p.traces["parason"], add_special_tokens=False) + [tok.eos_token_id]
         n = len(a.token_ids)
         assert a.record.sampled[-n:] == b.record.sampled[-n:]  # the same tokens forced in both modes
         forced = [t for t, s in zip(a.token_ids, a.record.sampled[-n:]) if not s]

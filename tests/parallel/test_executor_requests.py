@@ -380,7 +380,8 @@ def test_every_trajectory_cap_finishes_cleanly_when_eos_and_a_banned_tag_meet_it
     scripts[(0, 1)] = scripts[(0, 1)][:3] + tok.encode(" aaa", add_special_tokens=False) + \
         [tok.convert_tokens_to_ids("<Parallel>")] + scripts[(0, 1)][3:]
     for cap in range(8, 40):
-        rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", max_depth=1), "parason", Replay([dict(scripts)], eos))
+        rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", max_depth=1), "parason",
+                             Replay([dict(scripts)], eos))
         [r] = rx.run([tok.encode("Q: 1\nA:")], SamplingParams(max_new_tokens=cap, seed=0))
         assert parse(text(tok, r).removesuffix(tok.eos_token), "parason").ok, cap
 
@@ -439,6 +440,7 @@ def test_an_engine_that_stops_short_or_on_its_own_eos_ids_ends_trajectories_clea
     assert r.finish_reason == "length" and parse(text(tok, r), "parason").ok  # closed as a cap, no endless retry
     done = tok.encode(" done", add_special_tokens=False)[-1]
     script = tok.encode("Go. ok", add_special_tokens=False) + [done] + tok.encode(" more", add_special_tokens=False)
-    rx = RequestExecutor(_ExtraEos(engine, done), tok, ExecutorConfig(mode="executed"), "parason", Replay([{(): script}], -1))
+    rx = RequestExecutor(_ExtraEos(engine, done), tok, ExecutorConfig(mode="executed"), "parason",
+                         Replay([{(): script}], -1))
     [r] = rx.run([tok.encode("Q: 1\nA:")], SamplingParams(max_new_tokens=50))
     assert r.finish_reason == "stop" and r.token_ids[-1] == done  # the engine's own EOS id ends the trajectory

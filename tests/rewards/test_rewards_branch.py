@@ -64,7 +64,8 @@ def test_teacher_traces_earn_full_branch_credit_and_one_bad_branch_loses_its_sha
         work = sol.parts[-1].work
         head, tail = text.rsplit(work, 1)
         bad = head + work.replace("=", "=1", 1) + tail
-        share = rewards.score_group("branch_acc", [bad], str(sol.answer), params={"format": kind}).components["branch_share"][0]
+        share = rewards.score_group("branch_acc", [bad], str(sol.answer),
+                                    params={"format": kind}).components["branch_share"][0]
         # + the main chain when it holds an equation: a sum joining the branches, or serial work before the block
         units = len(sol.parts) + (sol.kind == "subtask" or shape != "fork")
         assert share == pytest.approx((units - 1) / units), bad

@@ -1,4 +1,5 @@
-"""RewardScorer (the reward actor's plain class): batches of groups, process-pool verification, errors counted not raised."""
+"""RewardScorer (the reward actor's plain class): batches of groups, process-pool verification, \
+errors counted not raised."""
 
 import time
 

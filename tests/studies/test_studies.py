@@ -46,7 +46,8 @@ def test_the_report_takes_start_peak_final_and_edge_means_by_hand(tmp_path):
     study = STUDIES["drift"]
     # arm accuracy: seed 0 held-out acc 0.5 -> 0.7 -> 0.6, seed 1 0.5 -> 0.4 -> 0.8; first_pos per step
     for seed, evals, pos in ((0, [0.7, 0.6], [0.0] * 5 + [0.2] * 5), (1, [0.4, 0.8], [0.1] * 10)):
-        rows = [{"step": i, "parallel/first_pos": p, "parallel/ratio": 1.0, "reward/acc": 0.5} for i, p in enumerate(pos)]
+        rows = [{"step": i, "parallel/first_pos": p, "parallel/ratio": 1.0, "reward/acc": 0.5}
+                for i, p in enumerate(pos)]
         rows.insert(5, {"step": 5, "eval/acc": evals[0], "eval/parallel/ratio": 1.0})
         rows.append({"step": 10, "eval/acc": evals[1], "eval/parallel/ratio": 1.0, "eval/parallel/first_pos": 0.3})
         _job(tmp_path / "accuracy" / f"seed_{seed}", {"eval/acc": 0.5, "eval/parallel/first_pos": 0.1}, rows)
@@ -61,7 +62,8 @@ def test_the_report_takes_start_peak_final_and_edge_means_by_hand(tmp_path):
     assert row["parallel/first_pos:first5"]["per_seed"] == {0: pytest.approx(0.0), 1: pytest.approx(0.1)}
     assert row["parallel/first_pos:last5"]["mean"] == pytest.approx((0.2 + 0.1) / 2)
     assert results["table"][1]["parallel/first_pos:last5"]["mean"] is None  # no forking sample: no position
-    md = to_markdown(summarise({"accuracy": {int(k): v for k, v in results["curves"]["accuracy"].items()}}, study), study)
+    md = to_markdown(summarise({"accuracy": {int(k): v for k, v in results["curves"]["accuracy"].items()}}, study),
+                     study)
     # eval/acc: start 0.5 -> final (0.6 + 0.8) / 2, peak (0.7 + 0.8) / 2, each seed's final
     assert "| accuracy (seeds 0, 1) | 0.500 -> **0.700** (0.750) [0.60/0.80] |" in md, md
     assert (tmp_path / "summary.png").stat().st_size > 10_000 and (tmp_path / "results.md").exists()
@@ -76,7 +78,8 @@ def test_a_missing_arm_is_named(tmp_path):
 def test_a_tiny_scaffold_study_runs_end_to_end(tmp_path):
     """The real command at a tiny size: SFT, the three arms at once on one shared cluster (one seed), the report."""
     cmd = [sys.executable, "-m", "studies", "scaffold", "--out", str(tmp_path), "--sft-steps", "4", "--rl-steps", "3",
-           "--switch", "2", "--seeds", "1", "--eval-every", "2", "--parallel", "3", "--", "data.n_test=4", "data.n_train=128",
+           "--switch", "2", "--seeds", "1", "--eval-every", "2", "--parallel", "3", "--",
+           "data.n_test=4", "data.n_train=128",
            "trainer.sft_batch_size=8", "trainer.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=24",
            "trainer.eval_samples=1", "logging.ray_metrics=false"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
@@ -92,7 +95,8 @@ def test_a_tiny_scaffold_study_runs_end_to_end(tmp_path):
         assert config["trainer"]["seed"] == 1 and config["curriculum"]["stages"]["dapo"]["steps"] == 3
         first = schedule[0]
         assert ([c["reward"] for c in first["cycle"]] == ["accuracy"]) if arm == "S1" else \
-            (first["steps"] == {"S2": 3, "scaffold": 2}[arm] and [c["reward"] for c in first["cycle"]] == ["accuracy", "tiered"])
+            (first["steps"] == {"S2": 3, "scaffold": 2}[arm]
+             and [c["reward"] for c in first["cycle"]] == ["accuracy", "tiered"])
     assert "| S1 (seeds 1) |" in out.stdout and (tmp_path / "scaffold" / "summary.png").exists()
 
 

@@ -4,9 +4,8 @@ Data flows driver -> rollout -> reward -> driver (advantages) -> learner as thes
 dataclasses, grouped by who fills them: the engine interface (`SamplingParams` in, `Completion`
 out), the rollout's output (`Prompt` -> `Trajectory`, with the `ExecutionRecord` of how the engine
 produced it), the driver's step data (`ScoredGroup`: a prompt, its samples and their scores; a step's
-`StepSamples`) and the learner's input (`TrainBatch`, `SFTBatch`). Token lists stay plain Python on the \
-rollout/reward side (cheap to pickle,
-no torch needed); the learner-facing ``TrainBatch`` is padded tensors.
+`StepSamples`) and the learner's input (`TrainBatch`, `SFTBatch`). Token lists stay plain Python on the
+rollout/reward side (cheap to pickle, no torch needed); the learner-facing ``TrainBatch`` is padded tensors.
 """
 
 from __future__ import annotations

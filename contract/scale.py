@@ -65,9 +65,8 @@ def scaled_stage(st, scale: ScaleConfig):
 
 
 def apply_scale(cfg) -> None:
-    """`cfg` (a ParallaxConfig) with `cfg.scale` applied in place: its stages through :func:`scaled_stage`, \
-the trainer's and
-    rollout's batch numbers capped."""
+    """`cfg` (a ParallaxConfig) with `cfg.scale` applied in place: its stages through :func:`scaled_stage`,
+    the trainer's and rollout's batch numbers capped."""
     sc = cfg.scale
     if not (sc.max_stage_steps or sc.max_prompts or sc.max_sft_batch or sc.max_rollout_n):
         return

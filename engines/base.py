@@ -45,8 +45,8 @@ class Engine(Protocol):
     sync_ranks: int  # ranks the engine holds in the collective weight-sync group (its workers)
 
     def open_sync(self, address: str, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
-        """Join the weight-sync group (`weightsync.group`; `address` its store) \
-as ranks rank .. rank + sync_ranks - 1."""
+        """Join the weight-sync group (`weightsync.group`; `address` its store)
+        as ranks rank .. rank + sync_ranks - 1."""
 
     def close_sync(self) -> None:
         """Leave the weight-sync group (a new one forms after a member was lost)."""

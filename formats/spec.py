@@ -24,7 +24,7 @@ optional.  The public Parallel-R1 prompt, data and rollout loop write ``</Parall
 hence the default ``summary_placement="after"``; both placements are accepted by default.
 
 ``aliases`` (Parason) accepts the release's ``<Outline>`` entries and ``<Conclusion>``.  They
-are parsed, never emitted (:func:`formats.tree.is_written` tells a tree the format writes): the grammar and \
+are parsed, never emitted (:func:`formats.tree.is_written` tells a tree the format writes): the grammar and
 every writer use ``<Subtask>``/``<Trial>``.  An
 ``<Outline>`` entry is untyped (branch kind ``"outline"``); ``outline_kind`` says what the metrics
 and rewards count it as: ``"outline"`` (neither subtask nor trial), ``"subtask"`` or ``"trial"``.

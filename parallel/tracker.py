@@ -3,7 +3,7 @@
 The executor never parses text: it watches the *tag tokens* one request emits (every tag of a
 format is one token of the tokenizer; `TagIds.from_tokenizer` checks it) and keeps a small
 stack of frames per request. `Tracker.observe(token)` returns what the executor must do next:
-nothing, force some tokens, fork `n` branches, or end the branch request. (EOS and stop tokens are the \
+nothing, force some tokens, fork `n` branches, or end the branch request. (EOS and stop tokens are the
 executor's business.)
 
 Tag strings come from `formats.get_spec`; the grammar in `formats.grammar` is the full contract,

@@ -84,9 +84,8 @@ class StageStreams:
 
     A stage's data is `stage.data` (a loader name or a file) or the run's `data.source`. The toy world
     gives SFT examples (with teacher traces) and RL prompts; a real benchmark name
-    (gsm8k_train, dapo_math_17k, ...) gives RL prompts through the benchmark loaders (`trainingdata.loaders`); \
-an SFT stage
-    on a trajectories file (`.jsonl`, `.json`, `.parquet`: the builder's output, verl's SFT parquet)
+    (gsm8k_train, dapo_math_17k, ...) gives RL prompts through the benchmark loaders (`trainingdata.loaders`);
+    an SFT stage on a trajectories file (`.jsonl`, `.json`, `.parquet`: the builder's output, verl's SFT parquet)
     trains on its rows, an RL stage on a file takes its prompts and answers (verl's dataset parquet:
     the chat `prompt` as it is, `reward_model.ground_truth`); `trainingdata.trajectories` reads both,
     every bad row counted and reported by line (printed, and written to `run_dir/data_<stage>.json`).

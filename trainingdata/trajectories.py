@@ -21,9 +21,8 @@ Fields (dotted paths, `datafiles`): the prompt is `prompt_field` or the first of
 chat-message list is rendered with the tokenizer's chat template when it has one, else it is the
 content of its last user message; a bare question (`question`, `problem`) gets Parallel-R1's
 prompt (`trainingdata.prompts.build_prompt`, style ``paper``); a string prompt is the user turn. The trajectory is
-`text_field` or the first of `SFT_TEXT_FIELDS` (the builder writes `trace`, verl's SFT sets `output`); the answer \
-`answer_field` or
-the first of `datafiles.ANSWER_FIELDS` (`reward_model.ground_truth` in verl).
+`text_field` or the first of `SFT_TEXT_FIELDS` (the builder writes `trace`, verl's SFT sets `output`); the answer
+`answer_field` or the first of `datafiles.ANSWER_FIELDS` (`reward_model.ground_truth` in verl).
 
 What is trained on is the text as the executor writes it (`formats`: ``is_written``): the summary
 where ``spec.summary_placement`` puts it, typed outline entries, and no whitespace between a block's

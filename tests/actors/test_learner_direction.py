@@ -1,4 +1,4 @@
-"""GRPO updates through the real learner: each sequence moves with its advantage; old logprobs can be the \
+"""GRPO updates through the real learner: each sequence moves with its advantage; old logprobs can be the
 learner's own."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""RewardScorer (the reward actor's plain class): batches of groups, process-pool verification, \
+"""RewardScorer (the reward actor's plain class): batches of groups, process-pool verification,
 errors counted not raised."""
 
 import time

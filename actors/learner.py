@@ -22,7 +22,7 @@ import torch
 from actors import lora
 from contract import algo
 from contract.batch import SFTBatch, TrainBatch
-from contract.config import LearnerConfig
+from contract.learner import LearnerConfig
 
 
 def ds_config(cfg: LearnerConfig, dtype: str) -> dict[str, Any]:

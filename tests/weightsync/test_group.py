@@ -19,19 +19,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _state() -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    emb = torch.randn(50, 8, generator=g)
-    return {"embed.weight": emb, "norm.weight": torch.randn(8, generator=g).to(torch.bfloat16),
-            "steps": torch.tensor([3, -7], dtype=torch.int64), "big.weight": torch.randn(64, 8, generator=g),
-            "lm_head.weight": emb}  # tied: the same storage as embed.weight
-
-
 @pytest.mark.parametrize("store", ["file", "tcp"])
-def test_gloo_broadcast_reaches_every_receiver(store, tmp_path):
+def test_gloo_broadcast_reaches_every_receiver(store, tmp_path, state):
     """Rank 0 and two receivers in threads of this process (each its own gloo group member), over a
     FileStore (one node) and a TCPStore (several)."""
-    state = _state()
     address = f"file://{tmp_path / 'store'}" if store == "file" else f"tcp://127.0.0.1:{_free_port()}"
     plan = plan_for(state, bucket_bytes=600)
     got: dict[int, dict] = {}

@@ -19,14 +19,6 @@ from weightsync.plan import (
 )
 
 
-def _state() -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    emb = torch.randn(50, 8, generator=g)
-    return {"embed.weight": emb, "norm.weight": torch.randn(8, generator=g).to(torch.bfloat16),
-            "steps": torch.tensor([3, -7], dtype=torch.int64), "big.weight": torch.randn(64, 8, generator=g),
-            "lm_head.weight": emb}  # tied: the same storage as embed.weight
-
-
 def test_plan_groups_consecutive_tensors_up_to_the_bucket_size():
     metas = [TensorMeta(f"t{i}", "float32", (n,)) for i, n in enumerate([10, 10, 30, 5, 100])]  # 40,40,120,20,400 B
     plan = plan_buckets(metas, bucket_bytes=100)
@@ -37,16 +29,14 @@ def test_plan_groups_consecutive_tensors_up_to_the_bucket_size():
         plan_buckets(metas, 0)
 
 
-def test_tied_weights_are_sent_once_and_received_under_both_names():
-    state = _state()
+def test_tied_weights_are_sent_once_and_received_under_both_names(state):
     assert list(unique_tensors(state)) == ["embed.weight", "norm.weight", "steps", "big.weight"]
     plan = plan_for(state, 1 << 20)
     assert plan.nbytes == 50 * 8 * 4 + 8 * 2 + 2 * 8 + 64 * 8 * 4
     assert plan.aliases == (("lm_head.weight", "embed.weight"),)
 
 
-def test_pack_then_unpack_is_byte_exact_for_every_dtype():
-    state = _state()
+def test_pack_then_unpack_is_byte_exact_for_every_dtype(state):
     for bucket in plan_for(state, bucket_bytes=600).buckets:
         got = dict(unpack(bucket, pack(bucket, state)))
         for name, t in got.items():
@@ -68,10 +58,10 @@ def test_tensors_back_to_back_in_one_storage_are_sent_from_their_own_memory():
     assert all(torch.equal(t, state[k]) for k, t in unpack(bucket, buf))
 
 
-def test_a_tensor_that_disagrees_with_the_plan_is_refused():
+def test_a_tensor_that_disagrees_with_the_plan_is_refused(state):
     bucket = Bucket((TensorMeta("norm.weight", "float32", (8,)),))
     with pytest.raises(ValueError, match="norm.weight is torch.bfloat16"):
-        pack(bucket, _state())
+        pack(bucket, state)
     with pytest.raises(ValueError, match="received 3 bytes"):
         list(unpack(bucket, torch.zeros(3, dtype=torch.uint8)))
 

@@ -1,4 +1,4 @@
-"""``python -m evaluation``: evaluate saved outputs or a checkpoint; build and annotate data.
+"""``python -m evaluation``: evaluate saved outputs or a checkpoint; build and annotate data; the file tools.
 
 Algorithm: load benchmarks (local files or hub names) -> k samples per problem at temperature T
 through the rollout engine (sequential decoding) or read them from a JSONL -> score with the
@@ -12,6 +12,8 @@ Launch::
     python -m evaluation checkpoint runs/x/checkpoints/step_000020 --benchmarks toyworld --k 8 \\
         --temperature 1.0 --max-new-tokens 96 --style raw --out runs/x/eval --wandb
     python -m evaluation checkpoint Qwen3-4B-dir --benchmarks aime25,aime24,amc23,math500 --k 16 --engine vllm
+    python -m evaluation stats traces.parquet --format parallel_r1      # per-row format metrics
+    python -m evaluation score rollouts.jsonl --reward pa_grpo beta_sub=0.1  # per-sample rewards
 
 A bare path also works: a directory is a checkpoint, a file a JSONL of outputs.
 """
@@ -23,9 +25,10 @@ import json
 import sys
 from pathlib import Path
 
-from datafiles import ANSWER_FIELDS, TEXT_FIELDS, FieldError, field, find_field, read_rows, text_of
+from evaluation.format_stats import add_format_options, spec_from_args
 from evaluation.metrics import PAPER_BUDGETS, evaluate_outputs
-from formats.cli import add_format_options, spec_from_args
+from trainingdata.fields import ANSWER_FIELDS, TEXT_FIELDS, FieldError, field, find_field, text_of
+from trainingdata.rows import read_rows
 
 __all__ = ["main", "read_outputs"]
 
@@ -35,7 +38,7 @@ _UID_FIELDS = ("uid", "input", "index", "extra_info.index")  # plain rows, verl 
 def read_outputs(path: str | Path, default_benchmark: str = "default", *, text_field: str | None = None,
                  answer_field: str | None = None, uid_field: str | None = None) -> list[dict]:
     """Samples from a JSONL, JSON or parquet file: one per row (the text at `text_field`, default the
-    first of `datafiles.TEXT_FIELDS`), or a row with ``texts``/``responses`` lists. Fields are dotted
+    first of `trainingdata.fields.TEXT_FIELDS`), or a row with ``texts``/``responses`` lists. Fields are dotted
     paths; a chat-message list is its last message. The problem id grouping the k samples is `uid`
     (or `uid_field`; a verl rollout dump's prompt `input`; a verl dataset's `index`)."""
     p = Path(path)
@@ -129,11 +132,14 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--toy-difficulty", type=_ints, default=[1])
     c.add_argument("--toy-family", default="mixed")
     _common(c)
+    from evaluation import format_stats, reward_scores
     from evaluation.annotate import add_cli as add_annotate_cli
     from evaluation.builder import add_cli as add_builder_cli
 
     add_builder_cli(sub)
     add_annotate_cli(sub)
+    format_stats.add_cli(sub)
+    reward_scores.add_cli(sub)
     return ap
 
 
@@ -201,13 +207,22 @@ def _checkpoint(args: argparse.Namespace) -> int:
     return _finish(result, args, label)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, out=None) -> int:
+    """`out`: where `stats` and `score` write their JSON lines (default stdout)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("outputs", "checkpoint", "build-gsm8k", "annotate", "convert", "-h", "--help"):
+    if argv and argv[0] not in ("outputs", "checkpoint", "build-gsm8k", "annotate", "convert", "stats", "score",
+                                "-h", "--help"):
         argv.insert(0, "checkpoint" if Path(argv[0]).is_dir() else "outputs")  # bare path
-    args = _parser().parse_args(argv)
+    ap = _parser()
+    args, extra = ap.parse_known_args(argv)  # `score`'s key=value pairs may follow its options
+    bad = [x for x in extra if "=" not in x or x.startswith("-")]
+    if bad or (extra and args.cmd != "score"):
+        ap.error(f"unrecognized arguments: {' '.join(bad or extra)}")
+    if args.cmd == "score":
+        args.params = list(args.params) + extra
+    args.stream = out or sys.stdout
     try:
-        if isinstance(getattr(args, "format", None), str) and hasattr(args, "summary_accept"):
+        if isinstance(getattr(args, "format", None), str) and hasattr(args, "summary_accept") and args.cmd != "score":
             args.format = spec_from_args(args.format, args)  # the format with its options
         return {"outputs": _outputs, "checkpoint": _checkpoint}.get(args.cmd, lambda a: a.run(a))(args)
     except (FileNotFoundError, ValueError) as e:

@@ -36,7 +36,7 @@ Headers:   ``thread_header(outline)``, ``with_thread_headers(tree)``: the text t
            after a Parason ``<Thread>`` (:mod:`formats.headers`).
 Grammar:   ``ebnf(spec) -> str`` (xgrammar EBNF, ``root ::=``), ``compile_grammar(spec, hf_tokenizer)``,
            ``GrammarChecker(spec, hf_tokenizer).accepts(text)``.
-CLI:       ``python -m formats stats FILE.jsonl --format {parallel_r1,parason} [--tokenizer DIR]``.
+CLI:       ``python -m evaluation stats FILE.jsonl --format {parallel_r1,parason} [--tokenizer DIR]``.
 Speed:     the optional C extension ``formats._speedups`` (built by ``pip install -e .``) splits and
            counts in one pass; without it, or with ``PARALLAX_FORMATS_PURE=1``, a pure-Python path
            gives the same results (:mod:`formats.units`).

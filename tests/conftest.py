@@ -75,6 +75,15 @@ def real_data():
 
 
 @pytest.fixture(scope="session")
+def sft_sample(real_data):
+    """The Parallel-GSM8K sample in verl's parquet schema (`prompt` chat, `output`, `reward_model`)."""
+    path = real_data / "parallel_r1" / "gsm8k_parallel_sft_sample.parquet"
+    if not path.is_file():
+        pytest.skip(f"real sample not found: {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
 def ray_cluster():
     """One local Ray cluster for every Ray test (starting one costs ~7 s)."""
     import ray

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["studies", "orchestrator", "evaluation", "actors", "layouts", "parallel", "engines", "weightsync",
-            "contract", "rewards", "curricula", "toyworld", "tinylm", "models", "formats", "datafiles",
+            "contract", "rewards", "curricula", "toyworld", "tinylm", "models", "formats",
             "trainingdata"]
 
 
@@ -92,7 +92,7 @@ def test_every_package_opens_by_saying_what_lives_there(package):
 
 
 @pytest.mark.parametrize("package", ["contract", "engines", "weightsync", "parallel", "layouts", "rewards", "curricula",
-                                     "formats", "datafiles", "models", "trainingdata"])
+                                     "formats", "models", "trainingdata"])
 def test_pure_packages_import_without_ray_hydra_or_deepspeed(package):
     """The layers below the actors import with torch and transformers alone (the GPU check image has no
     more), so no test of them needs `sys.modules` mocking. (`weightsync.driver` sits above the actors.)"""

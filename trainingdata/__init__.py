@@ -1,5 +1,7 @@
 """Parallax's data: what a run trains and is evaluated on, read from files or made.
 
+* :mod:`trainingdata.rows`, :mod:`trainingdata.fields` -- the rows of JSONL, JSON and parquet files (verl's
+  datasets, rollout dumps) and the dotted fields inside them, for every loader and file tool;
 * :mod:`trainingdata.loaders` -- benchmark loaders (GSM8K, MATH-500, AIME24/25, AMC23, DAPO-Math-17k,
   the toy world's held-out split) and the named teacher-trajectory sets, under the data directory;
 * :mod:`trainingdata.prompts` -- the prompt templates (Parallel-R1's, Parason's rules, plain, raw);
@@ -9,10 +11,9 @@
 * :mod:`trainingdata.streams` -- the run's streams: the toy world's problems, prompts, one seeded batch
   stream per curriculum stage (`StageStreams`).
 
-Rows of the files themselves (JSONL, JSON, parquet; dotted fields) are read by `datafiles`, the bottom
-layer, which the `formats` and `rewards` CLIs read files through too. This package sits above `contract`
-(`Prompt`, `DataConfig`), `toyworld`, `rewards` and `formats`, below the actors; `evaluation` keeps the
-metrics, reports, plots and its tools. No torch, ray or hydra at import (`datasets` only for a hub name
+This package sits above `contract` (`Prompt`, `DataConfig`), `toyworld`, `rewards` and `formats`, below
+the actors; `evaluation` keeps the metrics, reports, plots and its tools (the file tools `python -m
+evaluation stats` and `score` among them). No torch, ray or hydra at import (`datasets` only for a hub name
 or a parquet benchmark).
 """
 

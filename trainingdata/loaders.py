@@ -103,9 +103,9 @@ def _parason_from_r1(src: Path) -> Path:
     """`src`'s Parallel-R1 rows as Parason rows (JSONL beside the model cache, rebuilt when `src` changes)."""
     import hashlib
 
-    from datafiles import read_rows
     from formats import parse, render, with_thread_headers
     from trainingdata.convert import convert
+    from trainingdata.rows import read_rows
 
     digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
     root = Path(os.environ.get("PARALLAX_DATA_CACHE", Path.home() / ".cache" / "parallax" / "data"))

@@ -1,6 +1,6 @@
 """Cold-start SFT examples from a trajectories file: the builder's output, verl's SFT parquet, a JSONL.
 
-`load_trajectories(path, spec, trace)` reads every row (`datafiles.read_rows`: JSONL, JSON or parquet)
+`load_trajectories(path, spec, trace)` reads every row (`trainingdata.rows.read_rows`: JSONL, JSON or parquet)
 and returns the examples an SFT stage trains on -- `prompt`, `answer`, `traces[trace]` -- and a
 `LoadReport` that accounts for every row: kept, or bad with its line number and why. A bad row is
 never silently dropped and never a crash:
@@ -17,12 +17,12 @@ never silently dropped and never a crash:
 * ``duplicate_uid``: the row's `uid` (or `index`) is one an earlier row already has (that line named);
 * ``unreadable``: the row itself (bad JSON, not an object).
 
-Fields (dotted paths, `datafiles`): the prompt is `prompt_field` or the first of `PROMPT_FIELDS`; a
+Fields (dotted paths, `trainingdata.fields`): the prompt is `prompt_field` or the first of `PROMPT_FIELDS`; a
 chat-message list is rendered with the tokenizer's chat template when it has one, else it is the
 content of its last user message; a bare question (`question`, `problem`) gets Parallel-R1's
 prompt (`trainingdata.prompts.build_prompt`, style ``paper``); a string prompt is the user turn. The trajectory is
 `text_field` or the first of `SFT_TEXT_FIELDS` (the builder writes `trace`, verl's SFT sets `output`); the answer
-`answer_field` or the first of `datafiles.ANSWER_FIELDS` (`reward_model.ground_truth` in verl).
+`answer_field` or the first of `trainingdata.fields.ANSWER_FIELDS` (`reward_model.ground_truth` in verl).
 
 What is trained on is the text as the executor writes it (`formats`: ``is_written``): the summary
 where ``spec.summary_placement`` puts it, typed outline entries, and no whitespace between a block's
@@ -36,8 +36,9 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from datafiles import ANSWER_FIELDS, TEXT_FIELDS, FieldError, find_field, read_rows, text_of
-from datafiles import field as get_field
+from trainingdata.fields import ANSWER_FIELDS, TEXT_FIELDS, FieldError, find_field, text_of
+from trainingdata.fields import field as get_field
+from trainingdata.rows import read_rows
 
 __all__ = ["PROMPT_FIELDS", "SFT_TEXT_FIELDS", "FileExample", "FilePrompt", "LoadReport", "load_prompts",
            "load_trajectories", "writable_tree"]

@@ -36,7 +36,7 @@ def _rows(texts, gold="4"):
 
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
 def test_rewards_score_both_placements_and_a_broken_block(tmp_path, kind):
-    from rewards.cli import main
+    from evaluation.cli import main
 
     p = _write(tmp_path, _rows([AFTER, INSIDE, BROKEN]), kind)
     out = io.StringIO()
@@ -56,7 +56,7 @@ def test_rewards_score_both_placements_and_a_broken_block(tmp_path, kind):
 
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
 def test_formats_stats_release_formats_and_flags(tmp_path, kind, capsys):
-    from formats.cli import main
+    from evaluation.cli import main
 
     p = _write(tmp_path, [{"text": RELEASE}, {"text": RELEASE_AFTER}], kind)
     assert main(["stats", p, "--format", "parason"]) == 0
@@ -68,13 +68,14 @@ def test_formats_stats_release_formats_and_flags(tmp_path, kind, capsys):
     assert res[0]["trial_share"] > 0 and res[0]["outline_share"] == 0
     assert main(["stats", p, "--format", "parason", "--no-aliases"]) == 0
     assert [json.loads(x)["valid"] for x in capsys.readouterr().out.splitlines()] == [False, False]
-    with pytest.raises(SystemExit):  # a placement the parser would not read back
-        main(["stats", p, "--format", "parason", "--summary-accept", "inside"])
-    assert "must include summary_placement" in capsys.readouterr().err
+    # a placement the parser would not read back: refused before any row is read
+    assert main(["stats", p, "--format", "parason", "--summary-accept", "inside"]) == 2
+    captured = capsys.readouterr()
+    assert "must include summary_placement" in captured.err and captured.out == ""
 
 
 def test_rewards_score_the_release_format(tmp_path):
-    from rewards.cli import main
+    from evaluation.cli import main
 
     p = _write(tmp_path, _rows([RELEASE, RELEASE_AFTER]), "jsonl")
     out = io.StringIO()

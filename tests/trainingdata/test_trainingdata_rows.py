@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from datafiles import FieldError, field, find_field, read_rows, text_of
-
-SAMPLE = (Path(__file__).resolve().parents[2].parent / "shared" / "data" / "parallel_r1"
-          / "gsm8k_parallel_sft_sample.parquet")
-
-
-@pytest.fixture(scope="module")
-def sample() -> Path:
-    if not SAMPLE.is_file():
-        pytest.skip(f"real sample not found: {SAMPLE}")
-    return SAMPLE
+from trainingdata.fields import FieldError, field, find_field, text_of
+from trainingdata.rows import read_rows
 
 
 def test_dotted_paths_index_dicts_and_lists():
@@ -61,8 +51,8 @@ def test_json_lists_and_data_objects(tmp_path):
     assert [r.data for r in read_rows(tmp_path / "b.json")] == [{"text": "b"}]
 
 
-def test_the_real_verl_parquet_reads_as_plain_rows(sample):
-    rows = list(read_rows(sample))
+def test_the_real_verl_parquet_reads_as_plain_rows(sft_sample):
+    rows = list(read_rows(sft_sample))
     assert len(rows) == 171 and all(r.error is None for r in rows)
     first = rows[0].data
     assert isinstance(first["prompt"], list) and first["prompt"][-1]["role"] == "user"
@@ -74,7 +64,7 @@ def test_the_real_verl_parquet_reads_as_plain_rows(sample):
 def test_a_json_document_that_cannot_be_read_is_named(tmp_path):
     """A .json file is one document: too deep, not UTF-8 or not JSON is an error naming the file
     (a JSONL file gets one bad row per line instead)."""
-    from datafiles import read_rows
+    from trainingdata.rows import read_rows
 
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
@@ -88,3 +78,12 @@ def test_a_json_document_that_cannot_be_read_is_named(tmp_path):
     cut.write_text('[{"text": "a"')
     with pytest.raises(ValueError, match=f"{cut}: not valid JSON"):
         list(read_rows(cut))
+
+
+def test_the_fields_example_runs():
+    import doctest
+
+    import trainingdata.fields
+
+    result = doctest.testmod(trainingdata.fields)
+    assert result.attempted >= 2 and result.failed == 0

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rewards.cli import main, parse_kv, read_groups
+from evaluation.cli import main
+from evaluation.reward_scores import parse_kv, read_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 PAR = "<Parallel><Path>6*7</Path><Path>7*6</Path><Summary>42</Summary></Parallel> #### 42"
@@ -67,3 +68,12 @@ def test_python_dash_m_rewards_list():
     assert r.returncode == 0, r.stderr
     names = [json.loads(x)["reward"] for x in r.stdout.splitlines()]
     assert "pa_grpo" in names and "s2" in names
+
+
+@pytest.mark.parametrize("argv", [["formats", "stats", "x.jsonl"], ["rewards", "score", "x.jsonl"]])
+def test_the_old_file_commands_say_where_they_went(argv):
+    """`python -m formats stats` and `python -m rewards score` read files, so they moved above the data
+    package; the old spelling names the new one and fails, never runs something else."""
+    r = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, check=False)
+    assert r.returncode == 2 and f"python -m evaluation {argv[1]}" in r.stderr, r.stderr

@@ -6,7 +6,6 @@ import io
 import json
 
 import pytest
-from test_datafiles import sample  # noqa: F401 - the real-sample fixture
 
 PAR = "<Parallel><Path>2+2=4</Path><Path>4</Path><Summary>both give 4</Summary></Parallel>"
 
@@ -25,7 +24,7 @@ def _row(i, output, gold):
 
 
 def test_rewards_score_reads_a_verl_parquet_without_flags(tmp_path):
-    from rewards.cli import main
+    from evaluation.cli import main
 
     p = tmp_path / "train.parquet"
     _verl_parquet(p, [_row(0, f"{PAR} #### 4", "4"), _row(1, f"{PAR} #### 5", "4"), _row(2, "Answer: 7", "7")])
@@ -37,7 +36,7 @@ def test_rewards_score_reads_a_verl_parquet_without_flags(tmp_path):
 
 def test_rewards_score_groups_a_verl_rollout_dump_by_prompt(tmp_path):
     """verl's rollout_data_dir dump: input, output, gts, score, step; the n samples of a prompt are a group."""
-    from rewards.cli import main
+    from evaluation.cli import main
 
     dump = tmp_path / "3.jsonl"
     rows = [{"input": "Q: 2+2", "output": f"{PAR} #### 4", "gts": "4", "score": 1.0, "step": 3},
@@ -54,7 +53,7 @@ def test_rewards_score_groups_a_verl_rollout_dump_by_prompt(tmp_path):
 
 
 def test_dotted_field_flags_and_clear_errors(tmp_path, capsys):
-    from rewards.cli import main
+    from evaluation.cli import main
 
     p = tmp_path / "x.jsonl"
     p.write_text(json.dumps({"resp": {"final": "#### 3"}, "meta": {"gold": 3}}) + "\n" + json.dumps({"resp": 1}) + "\n")
@@ -68,11 +67,11 @@ def test_dotted_field_flags_and_clear_errors(tmp_path, capsys):
     assert json.loads(out.getvalue().splitlines()[-1])["correct"] is True
 
 
-def test_formats_stats_reads_the_real_parquet(sample):  # noqa: F811
-    from formats.cli import stats_command
+def test_formats_stats_reads_the_real_parquet(sft_sample):
+    from evaluation.format_stats import stats_command
 
     out = io.StringIO()
-    assert stats_command(str(sample), "parallel_r1", None, out=out) == 0  # text: the `output` column
+    assert stats_command(str(sft_sample), "parallel_r1", None, out=out) == 0  # text: the `output` column
     res = [json.loads(x) for x in out.getvalue().splitlines()]
     assert [r["line"] for r in res] == list(range(1, 172))
     assert all(r["status"] != "bad_line" for r in res)  # every row's text was found and parsed
@@ -81,7 +80,7 @@ def test_formats_stats_reads_the_real_parquet(sample):  # noqa: F811
     assert sum(r["valid"] for r in res) == 170
     assert [r["error"]["code"] for r in res if not r["valid"]] == ["missing_summary"]
     out = io.StringIO()
-    assert stats_command(str(sample), "parallel_r1", None, out=out, text_field="prompt") == 0  # a chat list
+    assert stats_command(str(sft_sample), "parallel_r1", None, out=out, text_field="prompt") == 0  # a chat list
     assert all(json.loads(x)["total_tokens"] > 50 for x in out.getvalue().splitlines())
 
 

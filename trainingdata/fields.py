@@ -1,4 +1,17 @@
-"""Dotted field paths into rows, chat-message lists read as text, and the fields known shapes use."""
+"""Dotted field paths into rows, chat-message lists read as text, and the fields known shapes use.
+
+Fields are dotted paths (`reward_model.ground_truth`, `prompt.0.content`; a number indexes a list).
+A chat-message list (`[{"role": ..., "content": ...}, ...]`, as verl's `prompt` column) is read as
+the content of its last message: the user turn of a prompt, the assistant turn of a conversation.
+
+Known shapes, found without flags (`TEXT_FIELDS`, `ANSWER_FIELDS`): a plain `{"text", "answer"}`
+row; verl's dataset schema (`prompt` chat, `reward_model.ground_truth`, `output` in SFT sets); verl's
+rollout dump (`rollout_data_dir`: `input`, `output`, `gts`, `score`, `step`).
+
+    >>> row = {"prompt": [{"role": "user", "content": "1+1?"}], "reward_model": {"ground_truth": "2"}}
+    >>> text_of(field(row, "prompt")), field(row, "reward_model.ground_truth")
+    ('1+1?', '2')
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""Read a JSONL, JSON or parquet file as numbered rows; a row that cannot be read is kept with its error."""
+"""Rows of the ecosystem's data files, for every loader and file tool; the fields inside them are `fields`'s.
+
+Files: JSONL (one object per line), JSON (a list of objects, or ``{"data": [...]}``) and parquet
+(verl's dataset files; read with pyarrow). Each row comes back with its 1-based line (JSONL) or
+row number, and a row that cannot be read is a `Row` with `error` set, never skipped: the caller
+reports it with its number. pyarrow is imported only to read a parquet file.
+"""
 
 from __future__ import annotations
 

@@ -1,14 +1,14 @@
-"""Command line: ``python -m formats stats FILE --format {parallel_r1,parason} [--tokenizer DIR] [--text-field PATH]``
+"""``python -m evaluation stats FILE --format {parallel_r1,parason} [--tokenizer DIR] [--text-field PATH]``
 ``[--summary-placement {after,inside}] [--summary-accept after,inside] [--no-aliases] [--outline-kind KIND]``.
 
 Reads one trajectory per row of a JSONL file (``{"text": ...}``; ``FILE`` may be ``-`` for stdin), a
 JSON list or a parquet file (verl's datasets; rollout dumps), the text at ``--text-field`` (a dotted
-path; default the first of ``datafiles.TEXT_FIELDS``; a chat-message list is its last message), and
-prints one JSON object per input row, in order: ``line`` (1-based), ``id`` (copied when the input has one),
-every metric of :mod:`formats.metrics`, ``valid``, ``status`` and ``error``.  A bad line (invalid
-UTF-8, not JSON, not an object, no string ``text``) yields ``valid: false`` with ``status:
-"bad_line"`` and an error object instead of stopping the run.  Exit status 0 unless the file or
-tokenizer cannot be opened (2).
+path; default the first of ``trainingdata.fields.TEXT_FIELDS``; a chat-message list is its last
+message), and prints one JSON object per input row, in order: ``line`` (1-based), ``id`` (copied when
+the input has one), every metric of :mod:`formats.metrics`, ``valid``, ``status`` and ``error``.  A bad
+line (invalid UTF-8, not JSON, not an object, no string ``text``) yields ``valid: false`` with
+``status: "bad_line"`` and an error object instead of stopping the run.  Exit status 0 unless the file
+or tokenizer cannot be opened (2).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import argparse
 import json
 import sys
 
-from datafiles import TEXT_FIELDS, FieldError, field, find_field, read_rows, text_of
 from formats.metrics import METRIC_FIELDS, text_stats
 from formats.spec import FORMAT_NAMES, PLACEMENTS, get_spec, parse_options
+from trainingdata.fields import TEXT_FIELDS, FieldError, field, find_field, text_of
+from trainingdata.rows import read_rows
 
 
 def add_format_options(ap: argparse.ArgumentParser) -> None:
@@ -106,24 +107,18 @@ def stats_command(path: str, fmt, tokenizer_dir: str | None, out=None, text_fiel
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m formats", description="Parallel-trajectory format tools.")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    st = sub.add_parser("stats", help="per-line metrics of a JSONL file of trajectories")
+def add_cli(sub) -> None:
+    """Register ``stats`` on the ``python -m evaluation`` parser."""
+    st = sub.add_parser("stats", help="per-row format metrics of a file of trajectories")
     st.add_argument("file", help='JSONL (one {"text": ...} per line; "-" for stdin), JSON or parquet file')
     st.add_argument("--text-field", default=None,
                     help=f"dotted path of the trajectory (default: the first of {', '.join(TEXT_FIELDS)}); "
                          "a chat-message list is read as its last message")
     st.add_argument("--format", required=True, choices=FORMAT_NAMES)
-    st.add_argument(
-        "--tokenizer", default=None, help="HF tokenizer directory (default: whitespace/tag units)"
-    )
+    st.add_argument("--tokenizer", default=None, help="HF tokenizer directory (default: whitespace/tag units)")
     add_format_options(st)
-    args = ap.parse_args(argv)
-    if args.cmd == "stats":
-        try:
-            spec = spec_from_args(args.format, args)
-        except ValueError as e:
-            ap.error(str(e))
-        return stats_command(args.file, spec, args.tokenizer, text_field=args.text_field)
-    return 2  # pragma: no cover
+    st.set_defaults(run=_run)
+
+
+def _run(args) -> int:
+    return stats_command(args.file, args.format, args.tokenizer, out=args.stream, text_field=args.text_field)

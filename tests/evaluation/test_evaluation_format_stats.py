@@ -1,11 +1,12 @@
-"""``python -m formats stats``: one JSON object per input line, bad lines reported, never a crash."""
+"""``python -m evaluation stats``: one JSON object per input line, bad lines reported, never a crash."""
 
 import io
 import json
 import subprocess
 import sys
 
-from formats.cli import main, stats_command
+from evaluation.cli import main
+from evaluation.format_stats import stats_command
 
 GOOD_P = (
     "First. <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>"
@@ -66,18 +67,21 @@ def test_stats_lines(tmp_path):
     assert all(set(r) - {"id"} == keys - {"id"} for r in rows)
 
 
-def test_stats_r1_and_tokenizer(tmp_path, tokenizer_dir, hf_tokenizer):
+def test_stats_r1_and_tokenizer(tmp_path, tiny_model_path):
+    from transformers import AutoTokenizer
+
     path = _write(tmp_path, [json.dumps({"text": GOOD_R1})])
     (r,) = _run(path, "parallel_r1")
     assert (r["total_tokens"], r["critical_path_tokens"], r["path_tokens"]) == (15, 12, 7)
-    (r,) = _run(path, "parallel_r1", tokenizer_dir)
-    assert r["valid"] and r["total_tokens"] == len(hf_tokenizer.encode(GOOD_R1, add_special_tokens=False))
+    (r,) = _run(path, "parallel_r1", tiny_model_path)  # the toy world's tokenizer: a tag is one token
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    assert r["valid"] and r["total_tokens"] == len(tok.encode(GOOD_R1, add_special_tokens=False)) != 15
 
 
 def test_module_entry_point(tmp_path):
     path = _write(tmp_path, [json.dumps({"text": GOOD_R1}), "{"])
     out = subprocess.run(
-        [sys.executable, "-m", "formats", "stats", path, "--format", "parallel_r1"],
+        [sys.executable, "-m", "evaluation", "stats", path, "--format", "parallel_r1"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     rows = [json.loads(x) for x in out.stdout.splitlines()]

@@ -51,6 +51,10 @@ class DataConfig:
     teacher_midfork: float = 0.0
     # Which teacher trace the SFT stage imitates: serial | parallel_r1 | parason.
     trace: str = "parallel_r1"
+    # Solved toy problems shown before each toy prompt, as earlier turns of the model's chat (serial
+    # solutions; an instruct model's chat template is needed): 0 feeds the prompt raw. Training, the
+    # held-out evaluation and `python -m evaluation checkpoint --toy-fewshot` show the same examples.
+    fewshot: int = 0
     # Format options (formats.FormatSpec fields; the defaults follow the public projects).
     format_options: FormatOptions = field(default_factory=lambda: FormatOptions())
 
@@ -68,6 +72,8 @@ class DataConfig:
                "teacher_verify + teacher_midfork must be at most 1, "
                f"got {self.teacher_verify} + {self.teacher_midfork}")
         _check(self.trace in ("serial", "parallel_r1", "parason"), "data.trace", f"unknown trace {self.trace!r}")
+        _check(isinstance(self.fewshot, int) and not isinstance(self.fewshot, bool) and 0 <= self.fewshot <= 8,
+               "data.fewshot", f"must be an int in 0..8, got {self.fewshot!r}")
         try:
             self.spec  # noqa: B018 -- unknown option or bad value: fail at config time
         except ValueError as e:

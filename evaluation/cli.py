@@ -131,6 +131,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--toy-seed", type=int, default=0)
     c.add_argument("--toy-difficulty", type=_ints, default=[1])
     c.add_argument("--toy-family", default="mixed")
+    c.add_argument("--toy-fewshot", type=int, default=0,
+                   help="solved toy problems before each prompt, as the run's data.fewshot showed them")
     _common(c)
     from evaluation import format_stats, reward_scores
     from evaluation.annotate import add_cli as add_annotate_cli
@@ -190,7 +192,8 @@ def _checkpoint(args: argparse.Namespace) -> int:
     diff = tuple(args.toy_difficulty) if len(args.toy_difficulty) > 1 else args.toy_difficulty[0]
     problems = []
     for name in [b for b in args.benchmarks.split(",") if b]:
-        toy = ({"n": args.toy_n, "seed": args.toy_seed, "difficulty": diff, "family": args.toy_family}
+        toy = ({"n": args.toy_n, "seed": args.toy_seed, "difficulty": diff, "family": args.toy_family,
+                "fewshot": args.toy_fewshot}
                if name == "toyworld" else {})
         problems += load_benchmark(name, sources.get(name), data_dir=args.data_dir, limit=args.limit, **toy)
     k = args.k or 1

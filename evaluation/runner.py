@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from trainingdata.loaders import EvalProblem
-from trainingdata.prompts import build_prompt
+from trainingdata.prompts import build_prompt, fewshot_prompt
 
 __all__ = ["MODES", "generate_samples", "problem_fields", "prompts_for"]
 
@@ -30,9 +30,11 @@ def problem_fields(p: EvalProblem) -> dict[str, Any]:
     return out
 
 
-def prompts_for(problems: Sequence[EvalProblem], style: str, fmt: str) -> list[str]:
-    """Prompt text per problem; toy-world problems (``meta.raw_prompt``) keep their raw prompt."""
-    return [build_prompt(p.question, "raw" if p.meta.get("raw_prompt") else style, fmt) for p in problems]
+def prompts_for(problems: Sequence[EvalProblem], style: str, fmt: str, tokenizer=None) -> list[str]:
+    """Prompt text per problem; toy-world problems (``meta.raw_prompt``) keep their raw prompt, after
+    the solved problems of ``meta.shots`` as earlier chat turns where a run showed them (`data.fewshot`)."""
+    return [fewshot_prompt(tokenizer, p.question, p.meta["shots"]) if p.meta.get("shots")
+            else build_prompt(p.question, "raw" if p.meta.get("raw_prompt") else style, fmt) for p in problems]
 
 
 def generate_samples(model_path: str, problems: Sequence[EvalProblem], k: int, *, temperature: float = 1.0,
@@ -59,7 +61,7 @@ def generate_samples(model_path: str, problems: Sequence[EvalProblem], k: int, *
                         executor=ExecutorConfig(mode="executed" if mode == "executed" else "off"))
     worker = RolloutWorker(cfg, model_path, dtype=dtype, fmt=fmt)
     tok = worker.tokenizer
-    texts = prompts_for(problems, style, fmt)
+    texts = prompts_for(problems, style, fmt, tok)
     ids = tok(texts, add_special_tokens=False)["input_ids"]
     prompts = [Prompt(uid=p.uid, text=t, token_ids=i, ground_truth=p.answer) for p, t, i in zip(problems, texts, ids)]
     gen = generate_fn or (lambda w, ps, n, s: w.generate(ps, n=n, seed=s))

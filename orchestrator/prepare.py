@@ -13,7 +13,14 @@ from contract.batch import Prompt
 from contract.config import LearnerConfig, ParallaxConfig
 from curricula import Curriculum, Stage
 from layouts import Layout, get_layout
-from trainingdata.streams import StageStreams, benchmark_prompts, load_problems, to_prompts, tokenizer_corpus
+from trainingdata.streams import (
+    StageStreams,
+    benchmark_prompts,
+    load_problems,
+    show_examples,
+    to_prompts,
+    tokenizer_corpus,
+)
 
 
 @dataclass
@@ -53,6 +60,10 @@ def prepare(cfg: ParallaxConfig, run_dir: Path) -> Prepared:
     from transformers import AutoConfig, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
+    try:
+        train, test = (show_examples(problems, cfg.data, tokenizer) for problems in (train, test))
+    except ValueError as e:
+        raise ValueError(f"data.fewshot={cfg.data.fewshot} with model {model_path}: {e}") from None
     curriculum = cfg.curriculum.build(cfg.reward)
     layout = get_layout(cfg.learner.layout, reprefill=cfg.rollout.dispatch == "requests")
     context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)

@@ -260,17 +260,20 @@ def _to_problem(benchmark: str, i: int, row: dict, where: str) -> EvalProblem:
 
 
 def toyworld_problems(n: int = 128, seed: int = 0, difficulty: int | tuple[int, ...] = 1,
-                      family: str = "mixed") -> list[EvalProblem]:
+                      family: str = "mixed", fewshot: int = 0) -> list[EvalProblem]:
     """The toy world's held-out split (the same problems as ``make_splits(..., n_test=n)``'s test set).
 
     The prompt is the raw toy prompt (``"Q: ...\\nA:"``, what the tiny model was trained on);
-    ``meta`` carries ``difficulty`` and ``family`` for the strata.
+    ``meta`` carries ``difficulty`` and ``family`` for the strata, and with ``fewshot`` the solved
+    problems a run with ``data.fewshot`` showed before it (``shots``, `trainingdata.prompts.toy_shots`).
     """
     import toyworld
+    from trainingdata.prompts import toy_shots
 
     _, test = toyworld.make_splits(1, n, seed, difficulty, family=family)
     return [EvalProblem(uid=p.uid, benchmark="toyworld", question=p.prompt, answer=p.answer,
-                        meta={"difficulty": p.difficulty, "family": p.family, "position": i, "raw_prompt": True})
+                        meta={"difficulty": p.difficulty, "family": p.family, "position": i, "raw_prompt": True,
+                              **({"shots": toy_shots(p.prompt, fewshot, family, difficulty)} if fewshot else {})})
             for i, p in enumerate(test)]
 
 
@@ -279,7 +282,7 @@ def load_benchmark(benchmark: str, source: str | None = None, *, data_dir: str |
     """Problems of ``benchmark`` (a key of :data:`BENCHMARKS`, ``"toyworld"``, or any name with ``source``).
 
     ``limit`` keeps the first N problems.  ``toy`` are :func:`toyworld_problems` keyword arguments
-    (``n``, ``seed``, ``difficulty``, ``family``).  Raises ``FileNotFoundError`` naming the path of a
+    (``n``, ``seed``, ``difficulty``, ``family``, ``fewshot``).  Raises ``FileNotFoundError`` naming the path of a
     missing file and ``ValueError`` for an unknown benchmark or a row without question / answer.
     """
     if limit is not None and limit < 1:

@@ -14,13 +14,18 @@ Styles (:data:`PROMPT_STYLES`):
 
 ``chat=True`` in :func:`build_prompt` returns a single user message list for chat endpoints;
 the engine path feeds the string as it is (base models, as in both papers).
+
+Few-shot (`data.fewshot`, :func:`fewshot_prompt`): a toy question after `k` solved toy problems, as
+earlier turns of the model's chat (serial solutions: the format is not shown). An instruct model then
+knows the notation and the ``#### N`` line before any training, and ends its turn after its answer.
 """
 
 from __future__ import annotations
 
 from formats.spec import resolve_spec as get_spec  # a format name or a FormatSpec
 
-__all__ = ["PROMPT_STYLES", "build_prompt", "render_prompt", "system_instructions"]
+__all__ = ["FEWSHOT_SEED", "PROMPT_STYLES", "build_prompt", "fewshot_prompt", "render_prompt", "system_instructions",
+           "toy_shots"]
 
 PROMPT_STYLES: tuple[str, ...] = ("parallel", "paper", "plain", "raw")
 
@@ -64,6 +69,33 @@ def render_prompt(tokenizer, prompt) -> str:
         return prompt
     users = [m for m in messages if m.get("role") == "user"]
     return str((users or messages)[-1].get("content", ""))
+
+#: the toy world's draw that few-shot examples come from (`toyworld.iter_problems`; no split draws it)
+FEWSHOT_SEED = 90_001
+
+
+def toy_shots(question: str, k: int, family: str = "mixed", difficulty=1) -> list[tuple[str, str]]:
+    """The `k` solved problems shown before toy `question`: (prompt, serial solution) of the first
+    problems of the `FEWSHOT_SEED` draw that are not `question` itself, so that a held-out problem
+    never sees its own answer. The same for a question wherever it is asked (training, the
+    held-out evaluation, `python -m evaluation checkpoint`)."""
+    import toyworld
+
+    if isinstance(difficulty, (list, tuple)):
+        difficulty = tuple(difficulty)
+    out = [(p.prompt, p.traces["serial"]) for p in toyworld.iter_problems(family, 2 * k + 2, FEWSHOT_SEED, difficulty)]
+    return [shot for shot in out if shot[0] != question][:k]
+
+
+def fewshot_prompt(tokenizer, question: str, shots: list[tuple[str, str]]) -> str:
+    """`question` after `shots` as earlier user / assistant turns, through the tokenizer's chat template.
+    ValueError for a tokenizer without one: raw text would run on past its answer into a next question."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("data.fewshot needs a model with a chat template (the examples are earlier turns "
+                         "of the chat); this tokenizer has none")
+    messages = [m for q, a in shots for m in ({"role": "user", "content": q}, {"role": "assistant", "content": a})]
+    return render_prompt(tokenizer, [*messages, {"role": "user", "content": question}])
+
 
 _PLAIN = (
     "Solve the following math problem. Reason step by step, then give the final answer "

@@ -29,6 +29,21 @@ def load_problems(cfg: DataConfig) -> tuple[list, list]:
     raise ValueError(f"data.source={cfg.source!r} is not available yet; valid: toyworld")
 
 
+def show_examples(problems: list, cfg: DataConfig, tokenizer) -> list:
+    """The toy `problems` with `data.fewshot` solved problems before each prompt (`trainingdata.prompts.
+    fewshot_prompt`: earlier chat turns); unchanged at 0. ValueError naming `data.fewshot` without a chat
+    template."""
+    if not cfg.fewshot or cfg.source != "toyworld":
+        return problems
+    from dataclasses import replace
+
+    from trainingdata.prompts import fewshot_prompt, toy_shots
+
+    return [replace(p, prompt=fewshot_prompt(tokenizer, p.prompt, toy_shots(p.prompt, cfg.fewshot, cfg.family,
+                                                                            cfg.difficulty)))
+            for p in problems]
+
+
 def tokenizer_corpus(cfg: DataConfig) -> list[str]:
     """Text the tiny tokenizer is trained on (the toy world's prompts and all trace kinds)."""
     import toyworld

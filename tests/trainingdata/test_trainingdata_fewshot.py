@@ -69,3 +69,8 @@ def test_training_and_the_checkpoint_cli_show_the_same_prompts(chat_tokenizer):
     assert all(p.prompt.endswith(f"<|user|>{t.prompt}<|end|><|assistant|>") for p, t in zip(ran, test))
     assert [(p.uid, p.answer, p.traces) for p in ran] == [(p.uid, p.answer, p.traces) for p in test]
     assert show_examples(train, DataConfig(n_train=20, n_test=6, seed=3), chat_tokenizer) == train  # 0: raw
+
+
+def test_a_run_whose_model_has_no_chat_template_is_refused_before_ray(refused):
+    err = refused("+experiment=smoke", "data.fewshot=2")  # the tiny model reads raw text
+    assert "data.fewshot=2" in err and "chat template" in err, err[-1500:]

@@ -19,10 +19,7 @@ pytestmark = pytest.mark.slow
 
 def test_sft_teaches_smollm2_to_fork_and_join(tmp_path, attach):
     run_dir = tmp_path / "run"
-    # zero-shot prompts (data.fewshot=0): the experiment's two solved examples would more than double every
-    # sequence, and the model would answer before SFT (the answered share below is the zero-shot one)
     cmd = [sys.executable, "-m", "orchestrator", "+experiment=smollm2_parallel", "curriculum.stages.sft.steps=18",
-           "data.fewshot=0",
            "curriculum.stages.easy_rl.steps=0", "curriculum.stages.acc_rl.steps=0", "rollout.engine=hf",
            "data.n_test=16", "trainer.eval_samples=2", "trainer.eval_greedy=false", f"hydra.run.dir={run_dir}",
            "logging.progress_bar=false", attach]

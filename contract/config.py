@@ -123,6 +123,10 @@ class RolloutConfig:
     # them (`ray start --resources='{"rollout_node": 1}'`); empty: any node with the CPUs/GPUs.
     resources: dict[str, float] = field(default_factory=dict)
     torch_threads: int = 2
+    # The engines' weight dtype: null (model.dtype) | float32 | bfloat16 | float16 | auto (bfloat16 where
+    # the rollout actor's device computes it natively, model.dtype elsewhere; each actor decides). The
+    # learner keeps model.dtype master weights; the weight sync casts to the engines' dtype on the way.
+    dtype: str | None = None
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)
@@ -138,6 +142,8 @@ class RolloutConfig:
         _check(self.temperature > 0, "rollout.temperature", "must be > 0")
         _check(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _check(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
+        _check(self.dtype in (None, "auto", "float32", "bfloat16", "float16"), "rollout.dtype",
+               f"unknown dtype {self.dtype!r}; valid: null (model.dtype), auto, float32, bfloat16, float16")
         _check(self.engine != "hf" or self.executor.driver != "async", "rollout.executor.driver",
                "async streams requests into the engine one by one; the hf engine takes whole batches "
                "(driver rounds or auto, or rollout.engine=vllm)")

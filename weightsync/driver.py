@@ -171,13 +171,18 @@ class CollectiveSync:
         self.address = ""
 
     def _open(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
-        sizes = {f"rollout_{i}": [a.sync_ranks.remote()] for i, a in enumerate(rollouts.actors)}
+        sizes = {f"rollout_{i}": [a.sync_ranks.remote(), a.weights_dtype.remote()]
+                 for i, a in enumerate(rollouts.actors)}
         got = _wait(sizes, self.cfg.timeout_s, "sizing")
         ranks = [got[f"rollout_{i}"][0] for i in range(len(rollouts.actors))]
+        dtypes = {got[f"rollout_{i}"][1] for i in range(len(rollouts.actors))}
+        # sent in the engines' dtype when they agree on one (bf16 engines: half an fp32 learner's bytes);
+        # engines that differ each cast what they receive
+        wire = dtypes.pop() if len(dtypes) == 1 else None
         world = 1 + sum(ranks)
         self.address = address = self.store()
         refs = {"learner": learners.async_call("open_sync", address, world, self.backend, self.cfg.timeout_s,
-                                               self.cfg.bucket_mb << 20)}
+                                               self.cfg.bucket_mb << 20, wire)}
         first = 1
         for i, (actor, n) in enumerate(zip(rollouts.actors, ranks)):
             refs[f"rollout_{i}"] = [actor.open_sync.remote(address, first, world, self.backend, self.cfg.timeout_s)]

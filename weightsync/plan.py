@@ -95,9 +95,11 @@ def plan_for(state: dict[str, torch.Tensor], bucket_bytes: int) -> SyncPlan:
     return SyncPlan(tuple(plan_buckets(metas, bucket_bytes)), tuple(aliases(state).items()))
 
 
-def plan_named(named: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> SyncPlan:
+def plan_named(named: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int, dtype: str | None = None) -> SyncPlan:
     """The plan of a module's own tensors, from metadata alone (no gather): a tensor object under a
-    second name is an alias (a tied weight), and a ZeRO-3 parameter's shape is its full `ds_shape`."""
+    second name is an alias (a tied weight), and a ZeRO-3 parameter's shape is its full `ds_shape`.
+    With `dtype` (the engines' weight dtype), every floating-point tensor goes in it: `pack` casts, and
+    a bf16 engine receives half an fp32 learner's bytes."""
     first: dict[int, str] = {}
     metas, tied = [], []
     for name, t in named:
@@ -106,7 +108,8 @@ def plan_named(named: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> 
             continue
         first[id(t)] = name
         shape = tuple(getattr(t, "ds_shape", t.shape))  # a partitioned ZeRO-3 parameter's own shape is empty
-        metas.append(TensorMeta(name, str(t.dtype).removeprefix("torch."), shape))
+        wire = dtype if dtype is not None and t.is_floating_point() else str(t.dtype).removeprefix("torch.")
+        metas.append(TensorMeta(name, wire, shape))
     return SyncPlan(tuple(plan_buckets(metas, bucket_bytes)), tuple(tied))
 
 
@@ -147,9 +150,11 @@ def pack(bucket: Bucket, state: Mapping[str, torch.Tensor], device: str = "cpu",
     off = 0
     for m in bucket.tensors:
         t = state[m.name]
-        if str(t.dtype).removeprefix("torch.") != m.dtype or tuple(t.shape) != m.shape:
+        want = getattr(torch, m.dtype)
+        if tuple(t.shape) != m.shape or (t.dtype != want and not (t.is_floating_point() and want.is_floating_point)):
             raise ValueError(f"weight sync: {m.name} is {t.dtype}{tuple(t.shape)}, the plan says {m.dtype}{m.shape}")
-        buf[off:off + m.nbytes].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
+        # a floating tensor in the plan's dtype (the engines'): cast into its place in the buffer
+        buf[off:off + m.nbytes].view(want).copy_(t.detach().reshape(-1))
         off += m.nbytes
     return buf
 

@@ -30,6 +30,36 @@ def test_grpo_step_follows_advantage_sign(tiny_model_path, grpo_batch):
     assert all(d < 0 for d in delta[1::2]), delta  # negative advantage: less likely
 
 
+def test_one_zero0_rank_skips_deepspeeds_all_reduce_with_the_same_update(tiny_model_path, grpo_batch):
+    """One rank at ZeRO-0 has nothing to reduce: the learner turns DeepSpeed's gradient all-reduce (a copy
+    of every gradient into a flat buffer and back) off. The update is bit-equal to the one with it on."""
+    import torch
+
+    from actors.learner import LearnerWorker
+    from contract.config import LearnerConfig
+
+    batch, _ = grpo_batch(tiny_model_path, 8)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    learner = LearnerWorker(LearnerConfig(micro_batch_size=4, torch_threads=1, zero_stage=0), tiny_model_path,
+                            "float32", 0, 1, f"tcp://127.0.0.1:{port}", port)
+    assert learner.engine.enable_backward_allreduce is False
+    init = {k: v.clone() for k, v in learner.engine.module.state_dict().items()}
+
+    def step(allreduce: bool):
+        learner.engine.module.load_state_dict(init)
+        learner.engine.optimizer.state.clear()
+        learner.engine.enable_backward_allreduce = allreduce
+        norm = learner.grpo_step(batch, int(batch.response_mask.sum()), len(batch), lr=1e-2)["actor/grad_norm"]
+        return norm, {k: v.clone() for k, v in learner.engine.module.state_dict().items()}
+
+    (skipped, after), (reduced, after_reduced) = step(False), step(True)
+    assert skipped == reduced > 0
+    assert any(not torch.equal(after[k], init[k]) for k in init)
+    assert all(torch.equal(after[k], after_reduced[k]) for k in init)
+
+
 def test_bf16_autocast_trains_in_the_advantages_direction_with_fp32_weights(tiny_model_path, grpo_batch):
     """learner.autocast=bf16: the forward runs in bf16 (its logprobs differ from the fp32 engine's), the
     weights stay fp32, and with the learner's own old logprobs the first ratio is still 1."""

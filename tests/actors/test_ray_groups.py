@@ -76,6 +76,34 @@ def test_weight_sync_makes_rollout_equal_learner(ray_cluster, groups, tiny_model
     assert figures["sync/bytes"] == (unique if method == "collective" else total)
 
 
+def test_a_bf16_engine_gets_the_fp32_learners_weights_cast_and_sent_in_half_the_bytes(ray_cluster, tiny_model_path):
+    """`rollout.dtype=bfloat16` beside fp32 learners: the engine holds bf16 weights, each push sends them
+    in bf16 (half the bytes) and leaves them equal to the learner's master weights cast to bf16."""
+    from ray.util import remove_placement_group
+
+    from orchestrator.setup import build_groups
+
+    cfg = _cfg()
+    cfg.rollout.dtype = "bfloat16"
+    g = build_groups(cfg, tiny_model_path, "test-bf16-engine")
+    try:
+        assert ray_cluster.get(g.rollout.actors[0].weights_dtype.remote()) == "bfloat16"
+        ray_cluster.get(g.learner.async_sft_step(_sft_batch(tiny_model_path), lr=1e-2))
+        figures = g.sync.push(g.learner, g.rollout, version=1)
+        learner = ray_cluster.get(g.learner.async_state_dict())
+        engine = ray_cluster.get(g.rollout.actors[0].get_weights.remote())
+        for k, v in learner.items():
+            assert v.dtype == torch.float32 and engine[k].dtype == torch.bfloat16, k
+            assert torch.equal(engine[k], v.to(torch.bfloat16)), k
+        unique = sum(v.numel() for k, v in learner.items() if k != "lm_head.weight")
+        assert figures["sync/bytes"] == 2 * unique
+    finally:
+        for group in (g.rollout, g.reward, g.learner):
+            for a in group.actors:
+                ray_cluster.kill(a)
+        remove_placement_group(g.placement_group)
+
+
 def test_reward_actor_scores_groups(ray_cluster, groups):
     out = ray_cluster.get(groups.reward.async_score([{"texts": ["x #### 4", "x #### 5"], "ground_truth": "4"}]))
     assert out[0].correct == [[True, False]]

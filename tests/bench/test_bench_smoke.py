@@ -226,7 +226,7 @@ def test_bench_peer():
     prompts, generations, length = 2, 2, 8
     run = bench("bench_peer.py", "--prompts", str(prompts), "--generations", str(generations),
                 "--completion-len", str(length), "--window", "1", "--rounds", "1", "--warmup", "1", "--threads", "1",
-                "--bf16", timeout=600)  # the bf16 path: one more override on each side than fp32's
+                "--bf16", "--rollout-dtype", "bfloat16", timeout=600)  # bf16: learner autocast, engine weights
     r = check(run, "peer_grpo_step", ("parallax_tok_s", "trl_tok_s", "ratio", "parallax_tokens", "trl_tokens",
                                        "expected_tokens", "parallax_timing", "parallax_clip_ratio", "piped_tok_s",
                                        "piped_ratio", "piped_tokens", "piped_staleness"))
@@ -238,7 +238,9 @@ def test_bench_peer():
     assert r["ratio"] > 0 and r["parallax_tok_s"] > 0 and r["trl_tok_s"] > 0 and r["piped_tok_s"] > 0, run.why()
     assert r["piped_staleness"] == 1, run.why("the pipelined side's measured step was not one version behind")
     assert "timing/generate" in r["parallax_timing"], run.why()
-    assert r["bf16"] is True, run.why()
+    assert r["bf16"] is True and r["rollout_dtype"] == "bfloat16" and r["zero_stage"] == 0, run.why()
+    # the fp32 learner's weights reach the bf16 engine in bf16: 2 bytes a parameter, the tied pair once
+    assert r["parallax_sync_bytes"] == 2 * r["model_params"], run.why("not sent in the engine's dtype")
 
 
 def test_bench_perturb(tiny_model_path):

@@ -150,9 +150,23 @@ def test_a_tensor_parallel_vllm_engine_reserves_its_gpus_in_its_actors_bundle():
 
 
 def test_auto_autocast_is_bf16_only_where_the_cpu_computes_it_natively():
-    from actors.learner import native_bf16
+    from actors.precision import native_bf16
 
     assert native_bf16("cpu", "flags\t: fpu sse avx2 avx512f avx512_bf16 fma")
     assert native_bf16("cpu", "flags\t: fpu avx2 amx_bf16 amx_tile")
     assert not native_bf16("cpu", "flags\t: fpu sse avx avx2 fma")  # AVX2 only: bf16 is emulated, ~70x slower
     assert not native_bf16("cpu", "")
+
+
+def test_the_rollout_dtype_is_the_models_unless_set_and_auto_is_bf16_only_where_native():
+    from actors.precision import engine_dtype
+
+    bf16_cpu, avx2_cpu = "flags\t: fpu avx512f avx512_bf16", "flags\t: fpu avx2 fma"
+    assert engine_dtype(None, "float32", "cpu", bf16_cpu) == "float32"  # null: model.dtype
+    assert engine_dtype("auto", "float32", "cpu", bf16_cpu) == "bfloat16"
+    assert engine_dtype("auto", "float32", "cpu", avx2_cpu) == "float32"  # emulated bf16: stay in model.dtype
+    assert engine_dtype("bfloat16", "float32", "cpu", avx2_cpu) == "bfloat16"  # asked for: given
+    assert _validate("rollout.dtype=bfloat16").rollout.dtype == "bfloat16"
+    assert _validate().rollout.dtype is None
+    with pytest.raises(ConfigError, match="rollout.dtype: unknown dtype 'bf16'; valid: null"):
+        _validate("rollout.dtype=bf16")

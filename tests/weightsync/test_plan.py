@@ -59,11 +59,12 @@ def test_tensors_back_to_back_in_one_storage_are_sent_from_their_own_memory():
 
 
 def test_a_tensor_that_disagrees_with_the_plan_is_refused(state):
-    bucket = Bucket((TensorMeta("norm.weight", "float32", (8,)),))
-    with pytest.raises(ValueError, match="norm.weight is torch.bfloat16"):
-        pack(bucket, state)
+    with pytest.raises(ValueError, match=r"norm.weight is torch.bfloat16\(8,\), the plan says float32\(4,\)"):
+        pack(Bucket((TensorMeta("norm.weight", "float32", (4,)),)), state)  # another shape
+    with pytest.raises(ValueError, match="steps is torch.int64"):
+        pack(Bucket((TensorMeta("steps", "float32", (2,)),)), state)  # an integer tensor is never cast
     with pytest.raises(ValueError, match="received 3 bytes"):
-        list(unpack(bucket, torch.zeros(3, dtype=torch.uint8)))
+        list(unpack(Bucket((TensorMeta("norm.weight", "float32", (8,)),)), torch.zeros(3, dtype=torch.uint8)))
 
 
 def test_a_module_plan_names_a_tied_tensor_once_and_reads_zero3_full_shapes():
@@ -76,3 +77,19 @@ def test_a_module_plan_names_a_tied_tensor_once_and_reads_zero3_full_shapes():
     assert [(m.name, m.dtype, m.shape) for b in plan.buckets for m in b.tensors] == [
         ("embed.weight", "float32", (50, 8)), ("norm.weight", "bfloat16", (8,)), ("big.weight", "float32", (64, 8))]
     assert plan.aliases == (("lm_head.weight", "embed.weight"),)
+
+
+def test_a_plan_in_the_engines_dtype_casts_floating_tensors_on_the_way(state):
+    """A bf16 engine fed by an fp32 learner (`rollout.dtype`): the plan names bf16 for every floating
+    tensor, `pack` casts into the buffer (half the bytes), and each received tensor is exactly the
+    learner's cast to bf16 -- what the engine's own cast on load would give. Integers keep their dtype."""
+    named = [(k, v) for k, v in state.items()]
+    plan = plan_named(named, bucket_bytes=600, dtype="bfloat16")
+    assert {m.name: m.dtype for b in plan.buckets for m in b.tensors} == {
+        "embed.weight": "bfloat16", "norm.weight": "bfloat16", "steps": "int64", "big.weight": "bfloat16"}
+    assert plan.nbytes == (50 * 8 + 8 + 64 * 8) * 2 + 2 * 8  # fp32 would be (400 + 512) * 4 + 16 + 16
+    assert plan_named(named, 600, "float32").nbytes == plan_for(state, 600).nbytes + 8 * 2  # norm up to fp32
+    for bucket in plan.buckets:
+        for name, t in unpack(bucket, pack(bucket, state).clone()):
+            want = state[name].to(torch.bfloat16) if state[name].is_floating_point() else state[name]
+            assert t.dtype == want.dtype and torch.equal(t, want), name

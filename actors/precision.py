@@ -1,0 +1,41 @@
+"""Which precision an actor computes in, decided by the actor from the device it sees (never the driver's).
+
+* `native_bf16`: whether a device computes bf16 matmuls natively; elsewhere bf16 is emulated and slower
+  than fp32 (an AVX2-only CPU ran one SmolLM2 forward+backward 24x slower under bf16 autocast);
+* `engine_dtype`: the rollout engine's weight dtype for `rollout.dtype` (null: `model.dtype`; auto: bf16
+  where native, `model.dtype` elsewhere). The learner keeps its own fp32 master weights either way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def native_bf16(device: str, cpu_flags: str | None = None) -> bool:
+    """Whether `device` computes bf16 matmuls natively: a CUDA GPU that supports bf16, or a CPU whose
+    flags (/proc/cpuinfo) name AVX512_BF16 or AMX-BF16. Elsewhere bf16 is emulated, and slower than fp32."""
+    if device == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if cpu_flags is None:
+        try:
+            info = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            info = ""
+        cpu_flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
+    flags = set(cpu_flags.split())
+    return bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
+def engine_dtype(setting: str | None, model_dtype: str, device: str, cpu_flags: str | None = None) -> str:
+    """The dtype a rollout engine loads its weights in, for `rollout.dtype` = `setting` on `device`."""
+    if setting is None:
+        return model_dtype
+    if setting == "auto":
+        return "bfloat16" if native_bf16(device, cpu_flags) else model_dtype
+    if setting not in DTYPES:
+        raise ValueError(f"rollout.dtype: unknown dtype {setting!r}; valid: null, auto, {', '.join(DTYPES)}")
+    return setting

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from actors import lora
-from actors.precision import native_bf16
+from actors.devices import native_bf16
 from contract import algo
 from contract.batch import SFTBatch, TrainBatch
 from contract.learner import LearnerConfig
@@ -421,6 +421,12 @@ class LearnerWorker:
         if getattr(self, "_sync", None) is not None:
             self._sync.close()
         self._sync = None
+
+    def devices(self) -> dict:
+        """The devices Ray gave this actor, as it sees them (`actors.devices.seen`)."""
+        from actors.devices import seen
+
+        return seen()
 
     def pid(self) -> int:
         return os.getpid()

@@ -27,7 +27,7 @@ class RolloutWorker:
             model_path = local_model(model_files)
         self.model_path = model_path
 
-        from actors.precision import engine_dtype
+        from actors.devices import engine_dtype
 
         torch.set_num_threads(cfg.torch_threads)
         self.cfg = cfg
@@ -122,6 +122,12 @@ class RolloutWorker:
     def close_sync(self) -> None:
         self._in_group = False
         self.engine.close_sync()
+
+    def devices(self) -> dict:
+        """The devices Ray gave this actor, as it sees them (`actors.devices.seen`)."""
+        from actors.devices import seen
+
+        return seen()
 
     def pid(self) -> int:
         """This actor's process id (fault-injection tests kill it; the dashboard shows it too)."""

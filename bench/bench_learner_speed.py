@@ -137,7 +137,7 @@ def main() -> None:
                 took = learner(worker, ids, bf16, kind, args.warmup, args.steps)
                 rows.append({"path": f"learner {kind}", "precision": precision, "s": round(took, 3),
                              "gflops": round(flop / took / 1e9, 1), "vs_plain": round(base / took, 2)})
-    from actors.precision import native_bf16
+    from actors.devices import native_bf16
 
     print(f"native bf16 on this CPU: {native_bf16('cpu')}")
     print(f"load {os.getloadavg()[0]:.2f}; {args.model} ({n_params / 1e6:.1f}M parameters), "

@@ -179,7 +179,7 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
         ip, (_, sync_port), tmp = ray.get(on_rank0.remote())
         return store_address(local, ip, sync_port, tmp, f"{run_name}-sync")
 
-    sync = make_weight_sync(r.weight_sync, sync_store, gpus=bool(r.num_gpus and lcfg.num_gpus))
+    sync = make_weight_sync(r.weight_sync, sync_store)  # the members decide gloo or NCCL when it forms
     init_method = store_address(local, addr, port, tmp, f"{run_name}-learners")
     # no shared filesystem: the model's files go into the object store once, each node writes its copy
     files = {} if cfg.cluster.shared_fs else {"model_files": ray.put(pack_model(model_path))}

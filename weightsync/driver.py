@@ -10,7 +10,7 @@ they generate with (`recover`): the same version, since the learners have not mo
 The transports (`WeightSync`, chosen once by `make_weight_sync`):
 
 `CollectiveSync` (default): learner rank 0 and every engine worker form one torch.distributed group
-(gloo on CPU, NCCL on GPU: `weightsync.group`), opened on the first push; each push is rank 0
+(gloo on CPU, NCCL where every member sees CUDA: `weightsync.group`), opened on the first push; each push is rank 0
 broadcasting its weights in buckets while every engine receives and loads them. The weights never
 pass through the driver or Ray's object store, and no filesystem is shared.
 
@@ -160,20 +160,50 @@ class ObjectStoreSync:
         return {"sync/bytes": float(got["rollout_0"][0])}
 
 
+def shared_devices(members: dict[str, dict]) -> dict[str, list[str]]:
+    """The GPUs that two or more sync-group members were given, as {"node:gpu": [members]}. `members`:
+    each member's `actors.devices.seen()`. NCCL refuses two ranks on one device, so a group that
+    holds such a pair cannot form there."""
+    holders: dict[str, list[str]] = {}
+    for name, seen in members.items():
+        for gpu in seen["gpus"]:
+            holders.setdefault(f"{seen['node'][:8]}:{gpu}", []).append(name)
+    return {dev: names for dev, names in holders.items() if len(names) > 1}
+
+
 class CollectiveSync:
     """`store` gives a fresh rendezvous address (`weightsync.group.open_store`) each time the group
-    forms: on the first push, and after `reset` (an engine was lost and restarted)."""
+    forms: on the first push, and after `reset` (an engine was lost and restarted).
 
-    def __init__(self, cfg: WeightSyncConfig, store: Callable[[], str], gpus: bool):
+    The members decide the backend (`backend=auto`): NCCL when every one of them sees CUDA, gloo
+    otherwise -- from what each actor was given, not from the driver's devices. Engines colocated with
+    learner rank 0 (a GPU given to two members) cannot form an NCCL group: their weights then go
+    through the object store (`ObjectStoreSync`), said once."""
+
+    def __init__(self, cfg: WeightSyncConfig, store: Callable[[], str]):
         self.cfg, self.store = cfg, store
-        self.backend = cfg.backend if cfg.backend != "auto" else ("nccl" if gpus else "gloo")
+        self.backend = cfg.backend
         self.plan_ref: ray.ObjectRef | None = None
+        self.fallback: ObjectStoreSync | None = None
         self.address = ""
 
     def _open(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
-        sizes = {f"rollout_{i}": [a.sync_ranks.remote(), a.weights_dtype.remote()]
+        sizes = {f"rollout_{i}": [a.sync_ranks.remote(), a.weights_dtype.remote(), a.devices.remote()]
                  for i, a in enumerate(rollouts.actors)}
+        sizes["learner"] = [learners.actors[0].devices.remote()]
         got = _wait(sizes, self.cfg.timeout_s, "sizing")
+        members = {"learner_0": got["learner"][0]} | {f"rollout_{i}": got[f"rollout_{i}"][2]
+                                                       for i in range(len(rollouts.actors))}
+        self.backend = self.cfg.backend
+        if self.backend == "auto":
+            self.backend = "nccl" if all(m["cuda"] for m in members.values()) else "gloo"
+        shared = shared_devices(members)
+        if self.backend == "nccl" and shared:
+            where = "; ".join(f"GPU {d} is given to {' and '.join(n)}" for d, n in shared.items())
+            print(f"weight sync: {where}: NCCL cannot hold two ranks on one device, so the weights go through "
+                  "the object store", flush=True)
+            self.fallback = ObjectStoreSync(self.cfg.timeout_s)
+            return
         ranks = [got[f"rollout_{i}"][0] for i in range(len(rollouts.actors))]
         dtypes = {got[f"rollout_{i}"][1] for i in range(len(rollouts.actors))}
         # sent in the engines' dtype when they agree on one (bf16 engines: half an fp32 learner's bytes);
@@ -193,6 +223,7 @@ class CollectiveSync:
     def reset(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
         """Dissolve the group (a member was lost): every member that is still there leaves it, and the
         next push forms a new one with a fresh store, the restarted engine included."""
+        self.fallback = None  # the restarted engine may sit elsewhere: the next push looks again
         if self.plan_ref is None:
             return
         self.plan_ref = None
@@ -205,8 +236,10 @@ class CollectiveSync:
                 pass
 
     def push(self, learners: LearnerGroup, rollouts: RolloutGroup, version: int) -> dict[str, float]:
-        if self.plan_ref is None:
+        if self.plan_ref is None and self.fallback is None:
             self._open(learners, rollouts)
+        if self.fallback is not None:
+            return self.fallback.push(learners, rollouts, version)
         refs = {"learner": learners.async_call("send_weights")}
         refs |= {f"rollout_{i}": [a.receive_weights.remote(self.plan_ref, version)]
                  for i, a in enumerate(rollouts.actors)}
@@ -219,12 +252,12 @@ class CollectiveSync:
         return stats
 
 
-def make_weight_sync(cfg: WeightSyncConfig, store: Callable[[], str] | None = None, gpus: bool = False) -> WeightSync:
+def make_weight_sync(cfg: WeightSyncConfig, store: Callable[[], str] | None = None) -> WeightSync:
     """The configured path; `store` gives the collective group's rendezvous address (on learner rank 0's node)."""
     if cfg.method == "object_store":
         return ObjectStoreSync(cfg.timeout_s)
     if cfg.method == "collective":
         if store is None:
             raise ValueError("the collective weight sync needs a rendezvous store (orchestrator.setup.build_groups)")
-        return CollectiveSync(cfg, store, gpus)
+        return CollectiveSync(cfg, store)
     raise ValueError(f"unknown weight sync {cfg.method!r}; valid: collective, object_store")

@@ -82,14 +82,14 @@ def test_an_actor_that_fails_or_stalls_at_start_is_named(ray_cluster):
 def test_the_driver_never_chooses_the_actors_accelerator(ray_cluster):
     """DS_ACCELERATOR was set to cpu in the whole job's runtime env whenever the *driver* had no CUDA (a
     cluster's head node): every GPU learner would then have built DeepSpeed on the CPU. Each learner now
-    sets it from what it sees (actors/learner.py); the job's env carries none."""
-    import os
-
+    sets it from what it sees (actors/learner.py); the job's env carries none. (Not compared with this
+    process's own variable: a learner built in this process earlier set it here, for itself.)"""
     @ray_cluster.remote(num_cpus=0)
-    def seen() -> str | None:
-        return os.environ.get("DS_ACCELERATOR")
+    def job_env() -> dict:
+        return dict(ray_cluster.get_runtime_context().runtime_env.get("env_vars") or {})
 
-    assert ray_cluster.get(seen.remote()) == os.environ.get("DS_ACCELERATOR")  # only what the user set, if any
+    env = ray_cluster.get(job_env.remote())
+    assert "PYTHONPATH" in env and "DS_ACCELERATOR" not in env, env  # the job's env is set, without it
 
 
 def test_the_run_summary_names_an_actor_lost_as_the_run_ends(ray_cluster):

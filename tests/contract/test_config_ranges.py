@@ -150,7 +150,7 @@ def test_a_tensor_parallel_vllm_engine_reserves_its_gpus_in_its_actors_bundle():
 
 
 def test_auto_autocast_is_bf16_only_where_the_cpu_computes_it_natively():
-    from actors.precision import native_bf16
+    from actors.devices import native_bf16
 
     assert native_bf16("cpu", "flags\t: fpu sse avx2 avx512f avx512_bf16 fma")
     assert native_bf16("cpu", "flags\t: fpu avx2 amx_bf16 amx_tile")
@@ -159,7 +159,7 @@ def test_auto_autocast_is_bf16_only_where_the_cpu_computes_it_natively():
 
 
 def test_the_rollout_dtype_is_the_models_unless_set_and_auto_is_bf16_only_where_native():
-    from actors.precision import engine_dtype
+    from actors.devices import engine_dtype
 
     bf16_cpu, avx2_cpu = "flags\t: fpu avx512f avx512_bf16", "flags\t: fpu avx2 fma"
     assert engine_dtype(None, "float32", "cpu", bf16_cpu) == "float32"  # null: model.dtype

@@ -1,5 +1,7 @@
-"""Which precision an actor computes in, decided by the actor from the device it sees (never the driver's).
+"""What an actor computes on, decided by the actor from the devices it sees (never from the driver's).
 
+* `seen`: the devices this process was given: its node, the GPU ids Ray assigned it (which Ray also
+  puts into its CUDA_VISIBLE_DEVICES) and whether torch sees CUDA there;
 * `native_bf16`: whether a device computes bf16 matmuls natively; elsewhere bf16 is emulated and slower
   than fp32 (an AVX2-only CPU ran one SmolLM2 forward+backward 24x slower under bf16 autocast);
 * `engine_dtype`: the rollout engine's weight dtype for `rollout.dtype` (null: `model.dtype`; auto: bf16
@@ -13,6 +15,17 @@ from pathlib import Path
 import torch
 
 DTYPES = ("float32", "bfloat16", "float16")
+
+
+def seen() -> dict:
+    """This actor's devices: {"node": Ray node id, "gpus": the GPU ids Ray assigned it (str), "visible":
+    its CUDA_VISIBLE_DEVICES, "cuda": whether torch sees a CUDA device}."""
+    import os
+
+    import ray
+
+    return {"node": ray.get_runtime_context().get_node_id(), "gpus": [str(g) for g in ray.get_gpu_ids()],
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "cuda": torch.cuda.is_available()}
 
 
 def native_bf16(device: str, cpu_flags: str | None = None) -> bool:

@@ -1,0 +1,103 @@
+"""GPU placement on this CPU, with Ray's logical GPUs: a cluster of 8 declared GPUs (`ray.init(num_gpus=8)`)
+places the real rollout and learner actors as it would on a GPU node, and sets each one's
+CUDA_VISIBLE_DEVICES. The run is a process of its own: the session's cluster declares no GPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from weightsync.driver import shared_devices
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# One process, one Ray cluster of 8 logical GPUs; each case builds the run's groups (real workers: they
+# see no CUDA here, so the learners run DeepSpeed on CPU over gloo), pushes the weights once, and says
+# where everything landed.
+PROBE = r"""
+import json, sys, dataclasses
+import ray, torch
+from contract.config import LearnerConfig, ParallaxConfig, RolloutConfig
+from contract.engine import WeightSyncConfig
+from orchestrator.setup import build_groups
+
+model, out = sys.argv[1], {}
+ray.init(num_cpus=8, num_gpus=8, include_dashboard=False, log_to_driver=False)
+cases = {  # name: (learner ranks, GPUs each; engines, GPUs each; sync backend)
+    "separate": (2, 1.0, 2, 1.0, "auto"),
+    "tp2": (2, 1.0, 1, 2.0, "auto"),  # a tensor-parallel engine of 2 reserves both in its bundle
+    "colocated": (1, 0.5, 1, 0.5, "nccl"),  # the engine shares learner rank 0's GPU; NCCL as on a GPU node
+}
+for name, (nl, lg, nr, rg, backend) in cases.items():
+    cfg = ParallaxConfig()
+    cfg.rollout = RolloutConfig(num_actors=nr, num_cpus=0.25, num_gpus=rg, torch_threads=1, n=2, max_new_tokens=4,
+                                weight_sync=WeightSyncConfig(backend=backend))
+    cfg.learner = LearnerConfig(num_actors=nl, num_cpus=0.25, num_gpus=lg, torch_threads=1, micro_batch_size=2)
+    cfg.reward.num_cpus = 0.25
+    g = build_groups(cfg, model, name)
+    seen = {f"{grp.role}_{i}": ray.get(a.devices.remote()) for grp in (g.rollout, g.learner)
+            for i, a in enumerate(grp.actors)}
+    figures = g.sync.push(g.learner, g.rollout, version=1)
+    learner = ray.get(g.learner.async_state_dict())
+    engine = ray.get(g.rollout.actors[0].get_weights.remote())
+    out[name] = {"seen": seen, "backend": g.sync.backend, "fallback": g.sync.fallback is not None,
+                 "bytes": figures["sync/bytes"], "equal": all(torch.equal(engine[k], v) for k, v in learner.items())}
+    g.shutdown()
+print("PROBE " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def placed(tiny_model_path) -> dict:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    run = subprocess.run([sys.executable, "-c", PROBE, tiny_model_path], check=False, capture_output=True, text=True,
+                         timeout=600, cwd=ROOT, env=env)
+    line = next((x for x in run.stdout.splitlines() if x.startswith("PROBE ")), None)
+    assert run.returncode == 0 and line, run.stdout[-3000:] + run.stderr[-3000:]
+    return json.loads(line.removeprefix("PROBE "))
+
+
+def _gpus(case: dict, role: str) -> list[list[str]]:
+    return [s["gpus"] for name, s in sorted(case["seen"].items()) if name.startswith(role)]
+
+
+def test_every_actor_sees_the_gpus_its_bundle_reserved_and_no_other(placed):
+    for name, case in placed.items():
+        for who, s in case["seen"].items():
+            assert s["visible"].split(",") == s["gpus"], (name, who, s)  # Ray's ids are its CUDA_VISIBLE_DEVICES
+            assert s["cuda"] is False, (name, who)  # a CPU behind the ids: each actor sees it is one
+    sep, tp2 = placed["separate"], placed["tp2"]
+    assert [len(g) for g in _gpus(sep, "learner")] == [1, 1] and [len(g) for g in _gpus(sep, "rollout")] == [1, 1]
+    ids = [g for role in ("learner", "rollout") for ids in _gpus(sep, role) for g in ids]
+    assert len(set(ids)) == 4, ids  # four actors, four GPUs
+    assert [len(g) for g in _gpus(tp2, "rollout")] == [2]  # the TP-2 engine holds both of its GPUs
+    assert len({g for ids in _gpus(tp2, "rollout") + _gpus(tp2, "learner") for g in ids}) == 4
+
+
+def test_the_sync_group_never_holds_two_ranks_on_one_gpu(placed):
+    """Separate GPUs: the group forms, over gloo because no member sees CUDA (the members decide, not the
+    driver, whose config asked for GPUs). A GPU given to learner rank 0 and an engine: NCCL could not
+    form there, so the weights go through the object store, and still arrive."""
+    for name in ("separate", "tp2"):
+        case = placed[name]
+        members = {k: v for k, v in case["seen"].items() if k.startswith("rollout") or k == "learner_0"}
+        assert shared_devices(members) == {}, name
+        assert case["backend"] == "gloo" and not case["fallback"] and case["equal"], name
+    colo = placed["colocated"]
+    assert _gpus(colo, "learner") == _gpus(colo, "rollout"), colo["seen"]  # PACK put both on one GPU
+    assert colo["fallback"] and colo["equal"] and colo["bytes"] > 0
+
+
+def test_shared_devices_names_each_gpu_given_to_two_members():
+    node = "ab" * 28
+    members = {"learner_0": {"node": node, "gpus": ["0"]}, "rollout_0": {"node": node, "gpus": ["0", "1"]},
+               "rollout_1": {"node": "cd" * 28, "gpus": ["0"]}}  # GPU 0 of another node: not shared
+    assert shared_devices(members) == {f"{node[:8]}:0": ["learner_0", "rollout_0"]}
+    assert shared_devices({"learner_0": {"node": node, "gpus": []}, "rollout_0": {"node": node, "gpus": []}}) == {}

@@ -106,6 +106,9 @@ def test_smollm2_parallel_is_parallel_r1s_three_stages_with_the_real_model():
     assert all(s.steps > 0 and s.data is None for s in cur.stages)  # the run's data: the toy world
     assert cfg.learner.sft_tag_lr_mult > 1 and cfg.learner.sft_lr <= 1e-4 and cfg.learner.lr <= 1e-4
     assert cfg.trainer.eval_init and cfg.trainer.eval_after_stage  # held out before training and after each stage
+    # the cheap settings its three seeds were measured with: bf16 engines where native, one ZeRO-0 learner
+    assert cfg.rollout.dtype == "auto" and cfg.learner.zero_stage == 0 and cfg.learner.num_actors == 1
+    assert cfg.learner.recompute_old_logprobs  # bf16 engines' logprobs are not the learner's
 
 
 def test_smollm2_parason_is_pa_grpo_on_the_toy_world_with_the_real_model():

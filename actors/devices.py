@@ -10,18 +10,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
-
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 def seen() -> dict:
     """This actor's devices: {"node": Ray node id, "gpus": the GPU ids Ray assigned it (str), "visible":
     its CUDA_VISIBLE_DEVICES, "cuda": whether torch sees a CUDA device}."""
-    import os
-
     import ray
 
     return {"node": ray.get_runtime_context().get_node_id(), "gpus": [str(g) for g in ray.get_gpu_ids()],
@@ -44,11 +41,10 @@ def native_bf16(device: str, cpu_flags: str | None = None) -> bool:
 
 
 def engine_dtype(setting: str | None, model_dtype: str, device: str, cpu_flags: str | None = None) -> str:
-    """The dtype a rollout engine loads its weights in, for `rollout.dtype` = `setting` on `device`."""
+    """The dtype a rollout engine loads its weights in, for `rollout.dtype` = `setting` on `device` (the
+    config has checked the name)."""
     if setting is None:
         return model_dtype
     if setting == "auto":
         return "bfloat16" if native_bf16(device, cpu_flags) else model_dtype
-    if setting not in DTYPES:
-        raise ValueError(f"rollout.dtype: unknown dtype {setting!r}; valid: null, auto, {', '.join(DTYPES)}")
     return setting

@@ -28,6 +28,8 @@ from tinylm import TinyModelConfig
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
+# The weight dtypes a model or an engine may hold (torch names without "torch.").
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass
@@ -41,7 +43,7 @@ class ModelConfig:
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        _check(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"unknown dtype {self.dtype!r}")
+        _check(self.dtype in DTYPES, "model.dtype", f"unknown dtype {self.dtype!r}")
         if self.path is not None and self.package is None:
             import os
             import re
@@ -142,8 +144,8 @@ class RolloutConfig:
         _check(self.temperature > 0, "rollout.temperature", "must be > 0")
         _check(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _check(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
-        _check(self.dtype in (None, "auto", "float32", "bfloat16", "float16"), "rollout.dtype",
-               f"unknown dtype {self.dtype!r}; valid: null (model.dtype), auto, float32, bfloat16, float16")
+        _check(self.dtype in (None, "auto", *DTYPES), "rollout.dtype",
+               f"unknown dtype {self.dtype!r}; valid: null (model.dtype), auto, {', '.join(DTYPES)}")
         _check(self.engine != "hf" or self.executor.driver != "async", "rollout.executor.driver",
                "async streams requests into the engine one by one; the hf engine takes whole batches "
                "(driver rounds or auto, or rollout.engine=vllm)")

@@ -399,11 +399,11 @@ class LearnerWorker:
         return {name: out[name] for name, _ in self._named_weights()}
 
     def open_sync(self, address: str, world_size: int, backend: str, timeout_s: float,
-                  bucket_bytes: int, dtype: str | None = None) -> dict | None:
+                  bucket_bytes: int, dtype: str | None = None, abandonable: bool = True) -> dict | None:
         """Join the weight-sync group as its rank 0 (learner rank 0 only; every rank keeps the bucket
         plan, which `send_weights` walks in step). Returns the plan every receiver follows, in wire form
-        (`weightsync.plan`). `dtype`: the engines' weight dtype, which the weights are sent in."""
-        from actors.faults import abandonable
+        (`weightsync.plan`). `dtype`: the engines' weight dtype, which the weights are sent in.
+        `abandonable=False`: called in this process, not as a Ray task (a benchmark: no Ray needed)."""
         from weightsync.group import SyncGroup
         from weightsync.plan import plan_to_wire
 
@@ -411,9 +411,16 @@ class LearnerWorker:
         if self.rank != 0:
             return None
         self.close_sync()
-        # the rendezvous waits for every member: the driver cancels this task when one dies meanwhile
-        self._sync = abandonable(lambda: SyncGroup(address, 0, world_size, backend, timeout_s),
-                                 "weight-sync rendezvous")
+
+        def join():
+            return SyncGroup(address, 0, world_size, backend, timeout_s)
+
+        if abandonable:  # the rendezvous waits for every member: the driver cancels this task when one dies
+            from actors.faults import abandonable as leavable
+
+            self._sync = leavable(join, "weight-sync rendezvous")
+        else:
+            self._sync = join()
         return plan_to_wire(self._sync_plan)
 
     def close_sync(self) -> None:

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from contract.batch import ExecutionRecord
 
 __all__ = [
-    "BLOCK_SDPA",
+    "BLOCK_SPARSE",
     "additive_mask",
     "attention_mask_for",
     "block_sparse_sdpa",
@@ -58,8 +58,8 @@ __all__ = [
     "token_visibility",
 ]
 
-#: Name under which :func:`block_sparse_sdpa` is registered with transformers' attention interface.
-BLOCK_SDPA = "parallax_block_sdpa"
+#: Attribute that marks a dense structured mask to be scored through :func:`block_sparse_sdpa`.
+BLOCK_SPARSE = "_parallax_block_sparse"
 QUERY_CHUNK = 256  # queries per SDPA call in block_sparse_sdpa
 GATHER_BELOW = 0.8  # gather visible key columns when fewer than this share of the causal prefix is visible
 
@@ -316,13 +316,29 @@ def _chunk_plan(mask: torch.Tensor, dtype: torch.dtype) -> list[tuple[int, int, 
     return _PLAN["plan"]
 
 
-def _register_block_sdpa() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
-    from transformers.masking_utils import sdpa_mask as hf_sdpa_mask
+_HF_SDPA: list = []  # transformers' own SDPA attention, once the router below took its place
 
-    AttentionInterface.register(BLOCK_SDPA, block_sparse_sdpa)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(BLOCK_SDPA, hf_sdpa_mask)  # 2-D masks still work as for sdpa
+
+def _sdpa_router(module, query, key, value, attention_mask, *args, **kwargs):
+    """transformers' "sdpa" attention, except for a mask marked BLOCK_SPARSE: block_sparse_sdpa."""
+    if attention_mask is not None and getattr(attention_mask, BLOCK_SPARSE, False):
+        return block_sparse_sdpa(module, query, key, value, attention_mask, *args, **kwargs)
+    return _HF_SDPA[0](module, query, key, value, attention_mask, *args, **kwargs)
+
+
+def _route_sdpa() -> None:
+    """Once per process: transformers' "sdpa" attention becomes `_sdpa_router`. The choice of kernel rides
+    on the mask, never on a setting read at call time: gradient checkpointing recomputes each layer in
+    backward, after `structured_logprobs` returned, and must take the path its forward took (a swapped
+    config attribute, restored by then, sent the recompute through repeat_kv: other shapes, a
+    CheckpointError). Every unmarked mask still goes to transformers' SDPA, unchanged."""
+    if _HF_SDPA:
+        return
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    _HF_SDPA.append(sdpa_attention_forward)
+    AttentionInterface.register("sdpa", _sdpa_router)
 
 
 def structured_logprobs(
@@ -348,25 +364,18 @@ def structured_logprobs(
     ([B, L], no gradient; 0 where nothing predicts it), returned as (logprobs, entropy).
     """
     mask = attention_mask_for(model, segment_ids, segment_visible)
+    config = getattr(model, "module", model).config
+    if block_sparse and config._attn_implementation == "sdpa":
+        _route_sdpa()
+        setattr(mask, BLOCK_SPARSE, True)  # this mask's forward, and its recompute under checkpointing
     pred = predictor_index(segment_ids, segment_visible)  # [B, L]
     start = 0
     if scored is not None:
         used = pred[(scored != 0) & (pred >= 0)]
         start = int(used.min()) if used.numel() else 0
-    config = getattr(model, "module", model).config
-    impl = config._attn_implementation
-    swap = block_sparse and impl == "sdpa"
-    if swap:
-        _register_block_sdpa()
-        config._attn_implementation = BLOCK_SDPA  # read per forward; restored below
-    try:
-        logits = model(
-            input_ids=input_ids, attention_mask=mask, position_ids=position_ids,
-            logits_to_keep=input_ids.shape[1] - start,
-        ).logits  # [B, L - start, V]
-    finally:
-        if swap:
-            config._attn_implementation = impl
+    logits = model(
+        input_ids=input_ids, attention_mask=mask, position_ids=position_ids, logits_to_keep=input_ids.shape[1] - start
+    ).logits  # [B, L - start, V]
     src = torch.where(pred >= start, pred - start, -1)  # [B, L] column of the kept logits predicting token t
     logp = structured_token_logprobs(logits, input_ids, src, temperature)
     if not entropy:

@@ -210,15 +210,20 @@ def test_bench_learner_memory():
 
 
 def test_bench_learner_speed():
-    run = bench("bench_learner_speed.py", "--model", "tiny", "--tokens", "32", "--steps", "1", "--warmup", "1",
-                "--threads", "1")
-    r = check(run, "learner_speed", ("model", "params", "rows"))
-    assert r["params"] > 0 and (r["batch"], r["tokens"]) == (4, 32), run.why()
+    # the GPU check's options, on CPU: parallel-branch rows, ZeRO-3, gradient checkpointing, the export
+    run = bench("bench_learner_speed.py", "--model", "tiny", "--tokens", "40", "--steps", "1", "--warmup", "1",
+                "--threads", "1", "--layout", "structured", "--zero-stage", "3", "--gradient-checkpointing",
+                "--kinds", "sft,grpo,score", "--export")
+    r = check(run, "learner_speed", ("model", "params", "rows", "export"))
+    assert r["params"] > 0 and (r["batch"], r["tokens"], r["layout"], r["zero_stage"]) == (4, 40, "structured", 3)
     paths = [(x["path"], x["precision"]) for x in r["rows"]]
     assert paths == [(p, prec) for prec in ("fp32", "bf16 autocast")
-                     for p in ("plain transformers", "learner sft", "learner grpo")], run.why()
-    assert all(x["s"] > 0 and x["gflops"] > 0 for x in r["rows"]), run.why()
+                     for p in ("plain transformers", "learner sft", "learner grpo", "learner score")], run.why()
+    assert all(x["s"] > 0 and x["gflops"] > 0 and x["tokens_per_s"] > 0 for x in r["rows"]), run.why()
     assert all(x["vs_plain"] > 0 for x in r["rows"] if x["path"] != "plain transformers"), run.why()
+    # ZeRO-3's export (gathered bucket by bucket) and the weight sync carry the same bits, every tensor
+    ex = r["export"]
+    assert ex["export_equals_sync"] and ex["tensors"] > 0 and ex["sync_bytes"] == 4 * r["params"], run.why()
 
 
 @pytest.mark.slow

@@ -174,6 +174,46 @@ def test_flex_attention_trains_like_the_block_sparse_sdpa_on_gpu(model) -> None:
     assert gap < 1e-4 and grad_gap < 1e-3, (gap, grad_gap)
 
 
+def _grads_with_and_without_checkpointing(model, device: str, impl: str) -> tuple[float, float]:
+    """(max |logprob gap|, max |gradient gap|) of structured scoring with gradient checkpointing on against
+    off (learner.gradient_checkpointing: each layer runs again in backward, after the forward returned)."""
+    recs = [parallel_record(5, [4, 7, 2], 6), parallel_record(3, [6, 6], 3)]
+    rows = [random_ids(len(r.segment_ids), i) for i, r in enumerate(recs)]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids[b, : len(r)] = torch.tensor(r)
+    tensors = [t.to(device) for t in (ids, *masks.pack_records(recs, width=width))]
+    out = []
+    for checkpointing in (False, True):
+        m = copy.deepcopy(model).to(device).train()  # checkpointing applies in training mode only
+        m.config._attn_implementation = impl
+        if checkpointing:
+            m.gradient_checkpointing_enable()
+        logp = masks.structured_logprobs(m, *tensors, temperature=0.8)
+        logp.sum().backward()
+        out.append((logp.detach(), torch.cat([p.grad.flatten() for p in m.parameters()])))
+    (lp, g), (lp_c, g_c) = out
+    assert g.abs().max() > 0  # real gradients, not zeros compared with zeros
+    return float((lp - lp_c).abs().max()), float((g - g_c).abs().max())
+
+
+def test_gradient_checkpointing_recomputes_the_structured_forward(model) -> None:
+    """The block-sparse SDPA (sdpa) or the dense mask (eager) in backward's recompute as in the forward: a
+    kernel chosen by a setting restored when the forward returned sent the recompute through another path
+    (repeat_kv's shapes: a CheckpointError)."""
+    gap, grad_gap = _grads_with_and_without_checkpointing(model, "cpu", model.config._attn_implementation)
+    assert gap == 0 and grad_gap < 1e-6, (gap, grad_gap)
+
+
+@pytest.mark.gpu
+def test_flex_attention_under_gradient_checkpointing_on_gpu(model) -> None:
+    if not torch.cuda.is_available() or model.config._attn_implementation != "sdpa":
+        pytest.skip("needs a CUDA GPU; one comparison")
+    gap, grad_gap = _grads_with_and_without_checkpointing(model, "cuda", "flex_attention")
+    assert gap < 1e-6 and grad_gap < 1e-5, (gap, grad_gap)
+
+
 def test_branch_equals_prefix_plus_branch_run_as_one_causal_sequence(model) -> None:
     rec = parallel_record(6, [5, 8], 4)
     row = random_ids(len(rec.segment_ids), 7)

@@ -62,3 +62,50 @@ def test_bad_backend_world_and_address_are_refused():
 def test_one_node_stores_keep_to_loopback():
     assert loopback_only("file:///tmp/x.store") and loopback_only("tcp://127.0.0.1:5")
     assert not loopback_only("tcp://10.0.0.3:5")
+
+
+_NCCL_MEMBER = """
+import sys, torch
+from weightsync.group import SyncGroup
+from weightsync.plan import plan_for
+rank, address = int(sys.argv[1]), sys.argv[2]
+torch.cuda.set_device(0)  # both members on the one GPU, as a colocated engine and learner rank 0 would be
+state = {"w": torch.arange(12.0, device="cuda").reshape(3, 4)}
+plan = plan_for(state, bucket_bytes=1 << 20)
+group = SyncGroup(address, rank, 2, "nccl", 20)
+if rank == 0:
+    group.send(plan, state)
+else:
+    got = dict(group.receive(plan))
+    assert torch.equal(got["w"], state["w"]), got
+torch.cuda.synchronize()
+print("SYNCED")
+"""
+
+
+@pytest.mark.gpu
+def test_nccl_refuses_two_ranks_on_one_gpu(tmp_path):
+    """The premise of `weightsync.driver.shared_devices`: NCCL cannot hold two members of the sync group on
+    one device, so an engine colocated with learner rank 0 gets its weights through the object store.
+    Should a NCCL ever accept it, this fails, and the colocated path could take the collective."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    root = str(Path(__file__).resolve().parents[2])
+    address = f"file://{tmp_path / 'store'}"
+    members = [subprocess.Popen([sys.executable, "-c", _NCCL_MEMBER, str(rank), address], cwd=root,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
+    outs = []
+    for p in members:
+        try:
+            outs.append(p.communicate(timeout=45)[0])
+        except subprocess.TimeoutExpired:
+            p.kill()
+            outs.append(p.communicate()[0] + "\n[killed after 45 s]")
+    text = "\n".join(outs)
+    print(text[-1500:])  # what NCCL said (the GPU check shows it: -rP)
+    assert not all(p.returncode == 0 and "SYNCED" in out for p, out in zip(members, outs)), text
+    assert any(w in text for w in ("Duplicate GPU", "invalid usage", "ncclInvalidUsage", "killed")), text[-3000:]

@@ -32,6 +32,11 @@ class RolloutWorker:
         torch.set_num_threads(cfg.torch_threads)
         self.cfg = cfg
         extra = cfg.vllm.engine_kwargs() if cfg.engine == "vllm" else {}
+        if cfg.colocate and cfg.engine == "vllm":
+            if not torch.cuda.is_available():
+                raise ValueError("rollout.colocate with rollout.engine=vllm needs CUDA: vLLM's CPU build has no sleep "
+                                 "mode (rollout.engine=hf sleeps on CPU too)")
+            extra["enable_sleep_mode"] = True
         # `dtype` is the model's (the learner's master weights); the engine's own is decided here, on this
         # actor's device (`rollout.dtype`)
         self.dtype = engine_dtype(cfg.dtype, dtype, "cuda" if torch.cuda.is_available() else "cpu")
@@ -42,6 +47,9 @@ class RolloutWorker:
         # counts; this actor only records): 0 is the model it loaded. A restarted actor is back at 0, and
         # refuses a generate that expects later weights.
         self.version = 0
+        # `rollout.colocate`: the level it sleeps at while the learners update (0: awake), and whether the
+        # weights it woke with are not the policy's yet (after level 2: until the weight sync fills them)
+        self.asleep, self.blank = 0, False
         self.executor = None  # KVExecutor | RequestExecutor; both share the engine's weights
         self.grammar = None  # mode off: the format's EBNF for the engine's structured outputs
         if cfg.executor.mode != "off" and cfg.dispatch == "requests":
@@ -66,6 +74,10 @@ class RolloutWorker:
 
             raise StaleWeights(f"asked for samples of policy version {version}, this actor holds version "
                                f"{self.version} (restarted since the last weight sync)")
+        if self.asleep or self.blank:
+            raise RuntimeError(f"asked to generate while {'woken without weights' if self.blank else 'asleep'}: "
+                               "a colocated engine sleeps through the update and wakes in the weight sync "
+                               "(weightsync.driver.EngineWeights.push) before it generates")
         params = SamplingParams(
             max_new_tokens=max_new_tokens or self.cfg.max_new_tokens,
             temperature=self.cfg.temperature,
@@ -101,8 +113,26 @@ class RolloutWorker:
     def load_weights(self, state_dict: dict[str, Any], version: int) -> int:
         """The object-store path (`weightsync.driver`): `state_dict` into the engine, as policy `version`."""
         got = self.engine.load_weights(state_dict)
-        self.version = version
+        self.version, self.blank = version, False
         return got
+
+    def sleep(self, level: int) -> None:
+        """Free the device while the colocated learners update (`rollout.colocate`); generation is refused
+        until `wake_up(["kv_cache"])`."""
+        if not self.asleep:
+            self.engine.sleep(level)
+            self.asleep = level
+
+    def wake_up(self, tags: list[str]) -> None:
+        """"weights": memory for them (after level 2 empty, until the sync fills it); "kv_cache": awake. An
+        actor that is awake (restarted meanwhile) has nothing to do."""
+        if not self.asleep:
+            return
+        self.engine.wake_up(tags)
+        if "weights" in tags and self.asleep == 2:
+            self.blank = True
+        if "kv_cache" in tags:
+            self.asleep = 0
 
     def sync_ranks(self) -> int:
         return self.engine.sync_ranks
@@ -142,7 +172,7 @@ class RolloutWorker:
 
             raise StaleWeights("not in the weight-sync group (restarted since it formed)")
         got = self.engine.receive_weights(plan)
-        self.version = version
+        self.version, self.blank = version, False
         return got
 
     @property

@@ -5,7 +5,7 @@
 #   sbatch cluster/slurm.sh                      # +experiment=paper/parallel_r1_seen
 #   sbatch cluster/slurm.sh +experiment=paper/parallel_r1_unseen_s2
 #SBATCH --job-name=parallax
-#SBATCH --nodes=2
+#SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node=8
 #SBATCH --cpus-per-task=64

@@ -129,6 +129,12 @@ class RolloutConfig:
     # the rollout actor's device computes it natively, model.dtype elsewhere; each actor decides). The
     # learner keeps model.dtype master weights; the weight sync casts to the engines' dtype on the way.
     dtype: str | None = None
+    # Engine i shares learner rank i's bundle and GPU (verl's and OpenRLHF's colocation): one engine per
+    # learner, and the engines sleep through every update (freeing the GPU) and wake for the weight sync.
+    colocate: bool = False
+    # What a sleeping engine gives back: 1 its KV cache, its weights moved to host memory; 2 both dropped
+    # (the weight sync after waking refills them; vLLM's level 2 also drops buffers it cannot refill).
+    sleep_level: int = 1
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)
@@ -351,6 +357,8 @@ class ParallaxConfig:
                     and not self.learner.recompute_old_logprobs), "learner.recompute_old_logprobs",
                "must be true with engine=vllm and a grammar: vLLM reports logprobs after its grammar mask "
                "(renormalised), not the model's own, so the learner must score the behaviour policy itself")
+        if self.rollout.colocate:
+            self._check_colocation()
         for s in self.curriculum.build(self.reward).stages:
             if s.kind != "rl" or not s.steps:
                 continue
@@ -366,6 +374,26 @@ class ParallaxConfig:
             _check(self.learner.ppo_mini_batches <= per_learner, "learner.ppo_mini_batches",
                    f"{self.learner.ppo_mini_batches} mini-batches of stage {s.name}'s {per_learner} trajectories "
                    "per learner would leave some empty: at most one per trajectory")
+
+
+    def _check_colocation(self) -> None:
+        """`rollout.colocate`: engine i on learner rank i's bundle and GPU, asleep while the learners update."""
+        r, lrn = self.rollout, self.learner
+        _check(r.num_actors == lrn.num_actors, "rollout.num_actors",
+               f"{r.num_actors} engines for {lrn.num_actors} learners: rollout.colocate puts one engine on each "
+               f"learner's GPU, so set rollout.num_actors={lrn.num_actors}")
+        _check(lrn.num_gpus <= 1, "learner.num_gpus", f"{lrn.num_gpus:g}, but rollout.colocate shares one GPU "
+               "between a learner and its engine: at most 1")
+        _check(r.num_gpus == lrn.num_gpus, "rollout.num_gpus",
+               f"{r.num_gpus:g}, but learner.num_gpus={lrn.num_gpus:g}: a colocated engine shares its learner's "
+               f"GPUs, so set rollout.num_gpus={lrn.num_gpus:g}")
+        _check(r.engine != "vllm" or r.vllm.tensor_parallel_size == 1, "rollout.vllm.tensor_parallel_size",
+               "must be 1 with rollout.colocate (one engine on each learner's GPU)")
+        _check(not r.resources, "rollout.resources", "must be empty with rollout.colocate: the engines sit on the "
+               "learners' bundles (learner.resources places them)")
+        _check(self.trainer.max_staleness == 0, "trainer.max_staleness",
+               f"{self.trainer.max_staleness}, but colocated engines sleep while the learners update, so nothing "
+               "can generate meanwhile: use 0 with rollout.colocate")
 
 
 def register_configs() -> None:

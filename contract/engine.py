@@ -23,8 +23,6 @@ class VLLMConfig:
     enforce_eager: bool = False
     # CPU build: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE).
     cpu_kvcache_gib: int = 2
-    # GPU, engine colocated with a learner: free its memory between rollouts (LLM.sleep / wake_up).
-    enable_sleep_mode: bool = False
 
     def __post_init__(self) -> None:
         _check(self.tensor_parallel_size >= 1, "rollout.vllm.tensor_parallel_size", "must be >= 1")

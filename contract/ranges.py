@@ -75,7 +75,7 @@ RANGES: dict[str, Range] = {
     # rollout
     "rollout.num_actors": COUNT, "rollout.n": COUNT, "rollout.temperature": gt(0), "rollout.top_p": unit(lo_open=True),
     "rollout.max_new_tokens": COUNT, "rollout.max_batch_size": COUNT, "rollout.num_cpus": gt(0),
-    "rollout.num_gpus": NONNEG, "rollout.torch_threads": COUNT,
+    "rollout.num_gpus": NONNEG, "rollout.torch_threads": COUNT, "rollout.sleep_level": Range(1, 2),
     "rollout.executor.num_paths": COUNT, "rollout.executor.max_branches": COUNT, "rollout.executor.max_depth": COUNT,
     "rollout.executor.max_branch_tokens": ge(2),
     "rollout.vllm.tensor_parallel_size": COUNT, "rollout.vllm.gpu_memory_utilization": unit(lo_open=True),

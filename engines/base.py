@@ -57,6 +57,13 @@ class Engine(Protocol):
     def parameters_dict(self) -> dict[str, Any]:
         """The engine's current weights (tests check weight sync against the learner's)."""
 
+    def sleep(self, level: int = 1) -> None:
+        """Free the device for a colocated learner's update (`rollout.colocate`): level 1 keeps the weights
+        in host memory, level 2 drops them (the weight sync after `wake_up` refills them)."""
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Memory back, for `tags` ("weights", then "kv_cache"; None: both)."""
+
 
 class StreamingEngine(Engine, Protocol):
     """An engine that also takes requests one by one (vLLM): the request executor's async driver

@@ -27,6 +27,7 @@ class HFEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(device)
         self.model.eval()
+        self._shapes = {n: p.shape for n, p in self.model.named_parameters()}  # restored by wake_up after level 2
         self.device = device
         self.max_batch_size = max_batch_size
         self.eos_id = self.tokenizer.eos_token_id
@@ -58,6 +59,30 @@ class HFEngine:
 
     def parameters_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def sleep(self, level: int = 1) -> None:
+        """Give the device back while a colocated learner updates (`rollout.colocate`): the parameters'
+        storage is freed; level 1 keeps a host copy that `wake_up` restores, level 2 keeps nothing (the
+        next weight sync fills them). This engine holds no KV cache between calls."""
+        if getattr(self, "_asleep", None) is not None:
+            return
+        params = dict(self.model.named_parameters())  # a tied weight: one parameter, one entry
+        self._asleep = {n: p.data.to("cpu", copy=True) if level == 1 else None for n, p in params.items()}
+        for p in params.values():
+            p.data = p.data.new_empty((0,))  # the model keeps its parameters, without storage
+        if str(self.device).startswith("cuda"):
+            torch.cuda.empty_cache()
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Storage for the parameters again (tags: "weights"; "kv_cache" has nothing to restore here): the
+        level-1 host copy, or after level 2 uninitialised memory of the right shapes, for the sync to fill."""
+        if getattr(self, "_asleep", None) is None or (tags is not None and "weights" not in tags):
+            return
+        for n, p in self.model.named_parameters():
+            saved = self._asleep[n]
+            p.data = saved.to(self.device) if saved is not None else torch.empty(
+                self._shapes[n], dtype=p.dtype, device=self.device)
+        self._asleep = None
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams, limits: list[int] | None = None,

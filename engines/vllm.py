@@ -254,11 +254,15 @@ class VLLMEngine:
             core.shutdown()
 
     def sleep(self, level: int = 1) -> None:
-        """Free the GPU (weights offloaded at level 1, dropped at 2) for a colocated learner (GPU only)."""
+        """Free the GPU for a colocated learner's update: the KV cache dropped, the weights offloaded to
+        host memory (level 1) or dropped (level 2). CUDA only: vLLM's CPU build has no sleep mode."""
         self.llm.sleep(level=level)
 
-    def wake_up(self) -> None:
-        self.llm.wake_up()
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Memory back for "weights" (before the weight sync refills them) and then "kv_cache"."""
+        self.llm.wake_up(tags=tags)
+        if tags is None or "kv_cache" in tags:
+            self._weights_changed()  # no cached prefix survives the sleep
 
     def parameters_dict(self) -> dict[str, Any]:
         raise NotImplementedError("reading weights back from vLLM workers is not supported; compare logprobs")

@@ -157,6 +157,18 @@ class Groups:
         remove_placement_group(self.placement_group)
 
 
+def bundle_specs(cfg: ParallaxConfig) -> list[BundleSpec]:
+    """The run's bundles, role by role. Colocated engines (`rollout.colocate`) have none of their own:
+    engine i sits on learner rank i's bundle, which holds both actors' CPUs and their one GPU."""
+    r, w, lcfg = cfg.rollout, cfg.reward, cfg.learner
+    rollout = [] if r.colocate else [BundleSpec("rollout", r.num_actors, r.num_cpus, r.num_gpus, r.resources)]
+    return rollout + [
+        BundleSpec("reward", w.num_actors, w.num_cpus, 0.0, w.resources),
+        BundleSpec("learner", lcfg.num_actors, lcfg.num_cpus + (r.num_cpus if r.colocate else 0.0), lcfg.num_gpus,
+                   lcfg.resources),
+    ]
+
+
 def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
     """Reserve one placement group and create the rollout, reward and learner actors on it."""
     from actors.learner import LearnerWorker
@@ -164,11 +176,11 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
     from actors.rollout import RolloutWorker
 
     r, w, lcfg = cfg.rollout, cfg.reward, cfg.learner
-    pg, off = reserve([
-        BundleSpec("rollout", r.num_actors, r.num_cpus, r.num_gpus, r.resources),
-        BundleSpec("reward", w.num_actors, w.num_cpus, 0.0, w.resources),
-        BundleSpec("learner", lcfg.num_actors, lcfg.num_cpus, lcfg.num_gpus, lcfg.resources),
-    ], cfg.cluster.placement_strategy, name=f"parallax/{run_name}", timeout_s=cfg.cluster.placement_timeout_s)
+    pg, off = reserve(bundle_specs(cfg), cfg.cluster.placement_strategy, name=f"parallax/{run_name}",
+                      timeout_s=cfg.cluster.placement_timeout_s)
+    # colocated: learner rank i and engine i take half of their bundle's GPU each, so Ray gives both its id
+    share = 0.5 if r.colocate else 1.0
+    off.setdefault("rollout", off["learner"])
     prefix = f"parallax/{run_name}"
     on_rank0 = _rendezvous.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
         pg, placement_group_bundle_index=off["learner"]))
@@ -184,13 +196,13 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
     # no shared filesystem: the model's files go into the object store once, each node writes its copy
     files = {} if cfg.cluster.shared_fs else {"model_files": ray.put(pack_model(model_path))}
     learner = LearnerGroup(
-        "learner", LearnerWorker, lcfg.num_actors, pg, off["learner"], lcfg.num_cpus, lcfg.num_gpus,
+        "learner", LearnerWorker, lcfg.num_actors, pg, off["learner"], lcfg.num_cpus, lcfg.num_gpus * share,
         lambda i: {"cfg": lcfg, "model_path": model_path, "dtype": cfg.model.dtype, "rank": i,
                        "world_size": lcfg.num_actors, "init_method": init_method, "master_port": port,
                        "seed": cfg.trainer.seed, **files},
         prefix)
     rollout = RolloutGroup(
-        "rollout", RolloutWorker, r.num_actors, pg, off["rollout"], r.num_cpus, r.num_gpus,
+        "rollout", RolloutWorker, r.num_actors, pg, off["rollout"], r.num_cpus, r.num_gpus * share,
         lambda i: {"cfg": r, "model_path": model_path, "dtype": cfg.model.dtype,
                        "fmt": cfg.data.spec, **files}, prefix, max_restarts=cfg.cluster.max_restarts)
     reward = RewardActorGroup(

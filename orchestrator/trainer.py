@@ -59,7 +59,7 @@ class Trainer:
         self.stage_table: list[dict[str, Any]] = []
         g = self.groups
         self.weights = EngineWeights(g.sync, g.learner, g.rollout, cfg.cluster.max_restarts,
-                                     cfg.cluster.start_timeout_s)
+                                     cfg.cluster.start_timeout_s, cfg.rollout.colocate and cfg.rollout.sleep_level)
         self._ahead: list[generation.Started] = []  # generations started for later steps (the pipeline)
         if ckpt is None and cfg.resume == "auto":
             truncate_metrics(self.run_dir / "metrics.jsonl", 0)  # starting over: rows of an earlier try go
@@ -118,6 +118,7 @@ class Trainer:
                 print(f"warning: stage {stage.name} step {step}: every group's samples scored alike, so every GRPO "
                       "advantage is 0 and the update changes nothing (actor/zero_advantage=1 marks each such step: "
                       "a task the model always or never solves teaches nothing)", flush=True)
+            slept = self.weights.sleep()  # colocated engines give the learners their GPUs (rollout.colocate)
             with t("update"):
                 lr, wd = self._lr(stage)
                 stats = generation.mean_dicts(get_all(
@@ -130,7 +131,7 @@ class Trainer:
 
             self.logger.log_table(sample_rows(samples, self.fmt, self.cfg.logging.table_rows), step)
         lengths = [len(x.response_ids) for x in trajs]
-        return {**samples.metrics, **stats, **synced, **t.times, **sample_stats(samples, self.fmt, "parallel"),
+        return {**samples.metrics, **stats, **synced, **slept, **t.times, **sample_stats(samples, self.fmt, "parallel"),
                 "response/length": mean(lengths), "response/clip_ratio": mean(x.finish_reason == "length"
                                                                               for x in trajs),
                 "throughput/tokens_per_s": sum(lengths) / max(t.times["timing/generate"], 1e-9),
@@ -143,9 +144,10 @@ class Trainer:
             problems = self.data.next(stage, self._batch_size(stage))
             batch = self.layout.sft_batch(problems, self.cfg.data.trace, self.tokenizer)  # the layout RL will score
             lr, wd = self._lr(stage)
+            slept = self.weights.sleep()  # the engines sleep through SFT until a push wakes them
             with t("update"):
                 stats = generation.mean_dicts(get_all(g.learner.async_sft_step(batch, lr, wd), "learner"))
-        return {**stats, **t.times}
+        return {**stats, **slept, **t.times}
 
     # ---- helpers ----------------------------------------------------------------------------
     def _collect(self, started: generation.Started, stage: Stage, t: Timer) -> StepSamples:

@@ -38,16 +38,32 @@ class EngineWeights:
     """The policy the rollout engines hold, and its version (the run's one count of it), over a transport."""
 
     def __init__(self, sync: WeightSync, learners: LearnerGroup, rollouts: RolloutGroup, max_restarts: int,
-                 start_timeout_s: float):
+                 start_timeout_s: float, sleep_level: int = 0):
         self.sync, self.learners, self.rollouts = sync, learners, rollouts
         self.max_restarts, self.start_timeout_s = max_restarts, start_timeout_s
         self.version = 0  # 0: the model every engine loaded; one more at every push
         self.lost: set[int] = set()  # restarted rollout actors the next push must bring back
+        # colocated engines (`rollout.colocate`): the level they sleep at through every update; 0: never
+        self.sleep_level, self.asleep = sleep_level, False
 
     def push(self) -> dict[str, float]:
         """The learners' weights to every engine, as the next policy version; the sync's figures."""
         self.version += 1
         return self._push()
+
+    def sleep(self) -> dict[str, float]:
+        """Colocated engines give their GPU to the learners for an update (`rollout.colocate`); the next
+        push wakes them. Nothing to do when they are not colocated, or already asleep (SFT steps in a row)."""
+        if not self.sleep_level or self.asleep:
+            return {}
+        t = time.perf_counter()
+        self._all_rollouts("sleep", self.sleep_level)
+        self.asleep = True
+        return {"timing/sleep": time.perf_counter() - t}
+
+    def _all_rollouts(self, method: str, *args) -> None:
+        refs = {f"rollout_{i}": [getattr(a, method).remote(*args)] for i, a in enumerate(self.rollouts.actors)}
+        _wait(refs, self.start_timeout_s, method)
 
     def recover(self, ranks: list[int]) -> None:
         """Every rollout actor was lost mid-generation: back, with the current version's weights (an
@@ -62,7 +78,16 @@ class EngineWeights:
             try:
                 if self.lost:
                     self._rejoin()
-                return self.sync.push(self.learners, self.rollouts, self.version)
+                if not self.asleep:
+                    return self.sync.push(self.learners, self.rollouts, self.version)
+                # asleep: memory for the weights, the weights, then the KV cache (the order verl keeps: the
+                # sync's buffers and the KV cache are never held at once); a restarted actor is awake already
+                t = time.perf_counter()
+                self._all_rollouts("wake_up", ["weights"])
+                figures = self.sync.push(self.learners, self.rollouts, self.version)
+                self._all_rollouts("wake_up", ["kv_cache"])
+                self.asleep = False
+                return {**figures, "timing/wake_and_sync": time.perf_counter() - t}
             except ActorLost as e:
                 if e.role != "rollout" or attempt == self.max_restarts:
                     raise

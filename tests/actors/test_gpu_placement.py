@@ -27,28 +27,35 @@ import ray, torch
 from contract.config import LearnerConfig, ParallaxConfig, RolloutConfig
 from contract.engine import WeightSyncConfig
 from orchestrator.setup import build_groups
+from weightsync.driver import EngineWeights
 
 model, out = sys.argv[1], {}
 ray.init(num_cpus=8, num_gpus=8, include_dashboard=False, log_to_driver=False)
-cases = {  # name: (learner ranks, GPUs each; engines, GPUs each; sync backend)
-    "separate": (2, 1.0, 2, 1.0, "auto"),
-    "tp2": (2, 1.0, 1, 2.0, "auto"),  # a tensor-parallel engine of 2 reserves both in its bundle
-    "colocated": (1, 0.5, 1, 0.5, "nccl"),  # the engine shares learner rank 0's GPU; NCCL as on a GPU node
+cases = {  # name: (learner ranks, GPUs each; engines, GPUs each; sync backend; rollout.colocate)
+    "separate": (2, 1.0, 2, 1.0, "auto", False),
+    "tp2": (2, 1.0, 1, 2.0, "auto", False),  # a tensor-parallel engine of 2 reserves both in its bundle
+    "colocated": (1, 0.5, 1, 0.5, "nccl", False),  # PACKed onto learner rank 0's GPU; NCCL as on a GPU node
+    "colocate": (2, 1.0, 2, 1.0, "nccl", True),  # rollout.colocate: engine i on learner i's bundle and GPU
 }
-for name, (nl, lg, nr, rg, backend) in cases.items():
+for name, (nl, lg, nr, rg, backend, colocate) in cases.items():
     cfg = ParallaxConfig()
     cfg.rollout = RolloutConfig(num_actors=nr, num_cpus=0.25, num_gpus=rg, torch_threads=1, n=2, max_new_tokens=4,
-                                weight_sync=WeightSyncConfig(backend=backend))
+                                weight_sync=WeightSyncConfig(backend=backend), colocate=colocate)
     cfg.learner = LearnerConfig(num_actors=nl, num_cpus=0.25, num_gpus=lg, torch_threads=1, micro_batch_size=2)
     cfg.reward.num_cpus = 0.25
     g = build_groups(cfg, model, name)
     seen = {f"{grp.role}_{i}": ray.get(a.devices.remote()) for grp in (g.rollout, g.learner)
             for i, a in enumerate(grp.actors)}
-    figures = g.sync.push(g.learner, g.rollout, version=1)
+    weights = EngineWeights(g.sync, g.learner, g.rollout, 0, 60, sleep_level=2 if colocate else 0)
+    slept = weights.sleep()  # colocated: the engines drop their weights (level 2); the push wakes and refills them
+    figures = weights.push()
     learner = ray.get(g.learner.async_state_dict())
-    engine = ray.get(g.rollout.actors[0].get_weights.remote())
+    engines = ray.get([a.get_weights.remote() for a in g.rollout.actors])
     out[name] = {"seen": seen, "backend": g.sync.backend, "fallback": g.sync.fallback is not None,
-                 "bytes": figures["sync/bytes"], "equal": all(torch.equal(engine[k], v) for k, v in learner.items())}
+                 "bytes": figures["sync/bytes"],
+                 "equal": all(torch.equal(e[k], v) for e in engines for k, v in learner.items()),
+                 "slept": sorted(slept), "woke": "timing/wake_and_sync" in figures,
+                 "bundles": len(ray.util.placement_group_table(g.placement_group)["bundles"])}
     g.shutdown()
 print("PROBE " + json.dumps(out))
 """
@@ -93,6 +100,19 @@ def test_the_sync_group_never_holds_two_ranks_on_one_gpu(placed):
     colo = placed["colocated"]
     assert _gpus(colo, "learner") == _gpus(colo, "rollout"), colo["seen"]  # PACK put both on one GPU
     assert colo["fallback"] and colo["equal"] and colo["bytes"] > 0
+
+
+def test_colocated_engines_share_their_learners_gpus_sleep_and_wake_with_the_weights(placed):
+    """rollout.colocate: engine i sits on learner rank i's bundle and sees its GPU (two GPUs for four
+    actors, three bundles with the reward actor's); engine 0 shares rank 0's, so the weights go through
+    the object store. The engines slept at level 2 (weights dropped), and the push woke them and
+    refilled them: every engine's weights equal the learner's."""
+    case = placed["colocate"]
+    assert _gpus(case, "learner") == _gpus(case, "rollout"), case["seen"]
+    assert len({g for ids in _gpus(case, "learner") for g in ids}) == 2 and case["bundles"] == 3
+    assert case["fallback"] and case["equal"] and case["bytes"] > 0
+    assert case["slept"] == ["timing/sleep"] and case["woke"]
+    assert placed["separate"]["slept"] == [] and not placed["separate"]["woke"]  # not colocated: never asleep
 
 
 def test_shared_devices_names_each_gpu_given_to_two_members():

@@ -170,3 +170,28 @@ def test_the_rollout_dtype_is_the_models_unless_set_and_auto_is_bf16_only_where_
     assert _validate().rollout.dtype is None
     with pytest.raises(ConfigError, match="rollout.dtype: unknown dtype 'bf16'; valid: null"):
         _validate("rollout.dtype=bf16")
+
+
+def test_colocated_engines_sit_on_the_learners_bundles_and_what_cannot_share_is_refused():
+    from orchestrator.setup import bundle_specs
+
+    paper = _validate("+experiment=paper/parallel_r1_seen")  # an engine on each of the 8 learner GPUs
+    assert paper.rollout.colocate and paper.rollout.num_actors == paper.learner.num_actors == 8
+    specs = {b.role: b for b in bundle_specs(paper)}
+    assert set(specs) == {"reward", "learner"}  # no bundle of the engines' own: 8 GPUs in all, not 9
+    assert specs["learner"].num_cpus == paper.learner.num_cpus + paper.rollout.num_cpus
+    assert specs["learner"].num_gpus == 1 and specs["learner"].count == 8
+    assert _validate("rollout.colocate=true").rollout.colocate  # the CPU default: one learner, one hf engine
+    cases = [
+        (("rollout.num_actors=4",), r"rollout.num_actors: 4 engines for 8 learners: .* set rollout.num_actors=8"),
+        (("learner.num_gpus=2", "rollout.num_gpus=2"), "learner.num_gpus: 2, but rollout.colocate shares one GPU"),
+        (("rollout.num_gpus=0.5",), "rollout.num_gpus: 0.5, but learner.num_gpus=1: .* set rollout.num_gpus=1"),
+        (("rollout.vllm.tensor_parallel_size=2", "rollout.num_gpus=0", "learner.num_gpus=0"),
+         "rollout.vllm.tensor_parallel_size: must be 1 with rollout.colocate"),
+        (("+rollout.resources.gpu_node=1",), "rollout.resources: must be empty with rollout.colocate"),
+        (("trainer.max_staleness=1",), "trainer.max_staleness: 1, but colocated engines sleep"),
+        (("rollout.sleep_level=3",), "rollout.sleep_level"),
+    ]
+    for overrides, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            _validate("+experiment=paper/parallel_r1_seen", *overrides)

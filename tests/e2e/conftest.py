@@ -3,7 +3,8 @@ for a run of their own (a run costs ~60 s here, most of it Ray, actor and model 
 
 It is the visible run (tests/e2e/test_visible_run.py): `+experiment=smoke` (80 SFT steps) with 6 RL
 steps of executed branches over whole engine requests, scored with the structured layout, on 2
-DeepSpeed learners, the dashboard and the Prometheus endpoint on, progress bar and sample tables,
+DeepSpeed learners, each with its engine on its bundle (`rollout.colocate`, asleep at level 2 through
+every update), the dashboard and the Prometheus endpoint on, progress bar and sample tables,
 evaluated before and after each stage. While it trains, the fixture scrapes the endpoint and lists the
 process tree's listening sockets; tests/e2e/test_cli.py's `requests` case reads the same run's files."""
 
@@ -65,7 +66,8 @@ def smoke_run(tmp_path_factory) -> SmokeRun:
            "rollout.executor.mode=executed", "rollout.executor.dispatch=requests", "learner.layout=structured",
            "data.n_train=64", "logging.table_every=2", "logging.table_rows=3",
            "logging.progress_bar=true", f"cluster.metrics_export_port={port}", "cluster.include_dashboard=true",
-           "learner.num_actors=2", f"hydra.run.dir={run_dir}"]
+           "learner.num_actors=2", "rollout.colocate=true", "rollout.num_actors=2", "rollout.sleep_level=2",
+           f"hydra.run.dir={run_dir}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     root = psutil.Process(proc.pid)
     run = SmokeRun(run_dir, -1, "", "", port)

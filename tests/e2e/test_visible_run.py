@@ -45,3 +45,18 @@ def test_metrics_endpoint_tables_and_progress_bar(smoke_run):
     assert all(r["policy_version"] >= 1 for r in rows)  # sampled after SFT's weights were pushed
     assert list(run.glob("wandb/offline-run-*/files/media/table/samples_*.table.json"))
     assert re.search(r"stage=rl reward=[-\d.]+ #Parallel=[\d.]+", err), err[-2000:]
+
+
+def test_colocated_engines_slept_through_every_update_and_sampled_the_policy(smoke_run):
+    """`rollout.colocate` at sleep level 2: every engine drops its weights for each update (SFT's and RL's)
+    and gets them back only from the weight sync. Had an engine sampled anything but the policy's
+    weights, the learner's logprobs of its samples would differ from the engine's: each RL step's ratio
+    before its update is 1 (ppo_kl ~ 0), as on engines that never sleep."""
+    assert smoke_run.returncode == 0, smoke_run.stderr[-3000:]
+    rows = [json.loads(line) for line in (smoke_run.run_dir / "metrics.jsonl").read_text().splitlines()]
+    rl = [r for r in rows if "reward/mean" in r]
+    sft = [r for r in rows if "sft/loss" in r]
+    assert len(rl) == 6 and all("timing/sleep" in r and "timing/wake_and_sync" in r for r in rl)
+    assert all(abs(r["actor/ppo_kl"]) < 1e-4 for r in rl), [r["actor/ppo_kl"] for r in rl]
+    # SFT: asleep from its first step to the stage's end (no push between: trainer.eval_every=0)
+    assert "timing/sleep" in sft[0] and sum("timing/sleep" in r for r in sft) == 1, len(sft)

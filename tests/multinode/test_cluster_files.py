@@ -113,9 +113,9 @@ def test_slurm_script_dry_run_starts_head_workers_then_the_run(tmp_path):
 
 def _bundles(cfg) -> list[tuple[float, float]]:
     """(CPUs, GPUs) of every bundle the run reserves (orchestrator/setup.py build_groups)."""
-    r, w, lrn = cfg.rollout, cfg.reward, cfg.learner
-    return ([(r.num_cpus, r.num_gpus)] * r.num_actors + [(w.num_cpus, 0.0)] * w.num_actors
-            + [(lrn.num_cpus, lrn.num_gpus)] * lrn.num_actors)
+    from orchestrator.setup import bundle_specs
+
+    return [(b.num_cpus, b.num_gpus) for b in bundle_specs(cfg) for _ in range(b.count)]
 
 
 def _places(bundles, nodes: list[tuple[float, float]]) -> bool:
@@ -173,6 +173,9 @@ def test_every_launcher_runs_the_paper_experiment_set_for_its_platform(tmp_path,
     assert "+experiment=paper/parallel_r1_seen" in overrides, command  # not the toy world
     cfg = _compose(overrides)
     assert cfg.model.path and cfg.rollout.engine == "vllm" and cfg.learner.num_gpus == 1
+    # an engine on each learner's GPU: the run reserves the learners' GPUs and no other
+    assert cfg.rollout.colocate and cfg.rollout.num_actors == cfg.learner.num_actors
+    assert sum(g for _, g in _bundles(cfg)) == cfg.learner.num_actors * cfg.learner.num_gpus
     assert cfg.cluster.shared_fs is shared  # cloud nodes and pods share no filesystem; a SLURM cluster does
     assert _places(_bundles(cfg), nodes), (_bundles(cfg), nodes)
     assert not _places(_bundles(cfg), nodes[:-1]), "the check must be able to fail: one node fewer"

@@ -57,7 +57,12 @@ class EngineWeights:
         if not self.sleep_level or self.asleep:
             return {}
         t = time.perf_counter()
-        self._all_rollouts("sleep", self.sleep_level)
+        try:
+            self._all_rollouts("sleep", self.sleep_level)
+        except ActorLost as e:  # restarted, awake and without the policy: the push brings it back
+            if e.role != "rollout":
+                raise
+            self.lost.add(e.rank)
         self.asleep = True
         return {"timing/sleep": time.perf_counter() - t}
 

@@ -98,10 +98,10 @@ def test_nccl_refuses_two_ranks_on_one_gpu(tmp_path):
     address = f"file://{tmp_path / 'store'}"
     members = [subprocess.Popen([sys.executable, "-c", _NCCL_MEMBER, str(rank), address], cwd=root,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
-    outs = []
+    outs, deadline = [], time.monotonic() + 45  # both members together: a hang costs 45 s, not 90
     for p in members:
         try:
-            outs.append(p.communicate(timeout=45)[0])
+            outs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0])
         except subprocess.TimeoutExpired:
             p.kill()
             outs.append(p.communicate()[0] + "\n[killed after 45 s]")

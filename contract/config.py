@@ -133,7 +133,8 @@ class RolloutConfig:
     # learner, and the engines sleep through every update (freeing the GPU) and wake for the weight sync.
     colocate: bool = False
     # What a sleeping engine gives back: 1 its KV cache, its weights moved to host memory; 2 both dropped
-    # (the weight sync after waking refills them; vLLM's level 2 also drops buffers it cannot refill).
+    # (the weight sync after waking refills them; vLLM keeps the buffers, rotary caches and the like, in
+    # host memory). 1 costs a host copy of the weights and survives a failed sync with the old ones.
     sleep_level: int = 1
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     vllm: VLLMConfig = field(default_factory=VLLMConfig)

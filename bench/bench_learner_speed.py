@@ -237,12 +237,10 @@ def main() -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the learner takes what it sees: keep it off any GPU
     with tempfile.TemporaryDirectory(prefix="parallax-speed-") as tmp:
         path = model_dir(Path(tmp), args.model, args.device)
-        from transformers import AutoConfig
+        from transformers import AutoConfig, AutoModelForCausalLM
 
         config = AutoConfig.from_pretrained(path)
-        with torch.device("meta"):
-            from transformers import AutoModelForCausalLM
-
+        with torch.device("meta"):  # the count alone: no weights allocated
             n_params = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
         ids = torch.randint(0, config.vocab_size, (args.batch, args.tokens), generator=torch.Generator().manual_seed(0))
         structure = structure_of(args.batch, args.tokens) if args.layout == "structured" else (None, None, None)

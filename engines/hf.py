@@ -27,7 +27,6 @@ class HFEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(device)
         self.model.eval()
-        self._shapes = {n: p.shape for n, p in self.model.named_parameters()}  # restored by wake_up after level 2
         self.device = device
         self.max_batch_size = max_batch_size
         self.eos_id = self.tokenizer.eos_token_id
@@ -67,7 +66,8 @@ class HFEngine:
         if getattr(self, "_asleep", None) is not None:
             return
         params = dict(self.model.named_parameters())  # a tied weight: one parameter, one entry
-        self._asleep = {n: p.data.to("cpu", copy=True) if level == 1 else None for n, p in params.items()}
+        # per parameter: its host copy (level 1), or its shape for wake_up to allocate (level 2)
+        self._asleep = {n: p.data.to("cpu", copy=True) if level == 1 else p.shape for n, p in params.items()}
         for p in params.values():
             p.data = p.data.new_empty((0,))  # the model keeps its parameters, without storage
         if str(self.device).startswith("cuda"):
@@ -80,8 +80,8 @@ class HFEngine:
             return
         for n, p in self.model.named_parameters():
             saved = self._asleep[n]
-            p.data = saved.to(self.device) if saved is not None else torch.empty(
-                self._shapes[n], dtype=p.dtype, device=self.device)
+            p.data = saved.to(self.device) if isinstance(saved, torch.Tensor) else torch.empty(
+                saved, dtype=p.dtype, device=self.device)
         self._asleep = None
 
     @torch.no_grad()

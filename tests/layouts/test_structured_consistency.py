@@ -127,6 +127,16 @@ def test_padded_batch_of_executed_and_sequential_rows_matches_engine(model) -> N
             assert (got[b, : len(row)] - want).abs().max() < 1e-4
 
 
+def _padded_batch(recs: list[ExecutionRecord], device: str) -> list[torch.Tensor]:
+    """(input_ids, position_ids, segment_ids, segment_visible) of random rows laid out as `recs`, right-padded."""
+    rows = [random_ids(len(r.segment_ids), i) for i, r in enumerate(recs)]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids[b, : len(r)] = torch.tensor(r)
+    return [t.to(device) for t in (ids, *masks.pack_records(recs, width=width))]
+
+
 def _flex_against_block_sdpa(model, device: str, grad: bool) -> tuple[float, float]:
     """(max |logprob gap|, max |gradient gap|) between learner.attn_implementation=flex_attention and the
     block-sparse SDPA on the same padded batch of executed and sequential rows (3 records, GQA heads)."""
@@ -135,12 +145,7 @@ def _flex_against_block_sdpa(model, device: str, grad: bool) -> tuple[float, flo
         parallel_record(3, [6, 6], 3),
         ExecutionRecord(list(range(9)), [0] * 4 + [1] * 5, [[], [0]], [-1, 0], [False] * 4 + [True] * 5),
     ]
-    rows = [random_ids(len(r.segment_ids), i) for i, r in enumerate(recs)]
-    width = max(len(r) for r in rows)
-    ids = torch.zeros(len(rows), width, dtype=torch.long)
-    for b, r in enumerate(rows):
-        ids[b, : len(r)] = torch.tensor(r)
-    tensors = [t.to(device) for t in (ids, *masks.pack_records(recs, width=width))]
+    tensors = _padded_batch(recs, device)
     model = copy.deepcopy(model).to(device)  # the module's fixture stays as it was (on CPU, sdpa, no grads)
     out = {}
     for impl in ("sdpa", "flex_attention"):  # sdpa: structured_logprobs swaps in the block-sparse SDPA
@@ -178,12 +183,7 @@ def _grads_with_and_without_checkpointing(model, device: str, impl: str) -> tupl
     """(max |logprob gap|, max |gradient gap|) of structured scoring with gradient checkpointing on against
     off (learner.gradient_checkpointing: each layer runs again in backward, after the forward returned)."""
     recs = [parallel_record(5, [4, 7, 2], 6), parallel_record(3, [6, 6], 3)]
-    rows = [random_ids(len(r.segment_ids), i) for i, r in enumerate(recs)]
-    width = max(len(r) for r in rows)
-    ids = torch.zeros(len(rows), width, dtype=torch.long)
-    for b, r in enumerate(rows):
-        ids[b, : len(r)] = torch.tensor(r)
-    tensors = [t.to(device) for t in (ids, *masks.pack_records(recs, width=width))]
+    tensors = _padded_batch(recs, device)
     out = []
     for checkpointing in (False, True):
         m = copy.deepcopy(model).to(device).train()  # checkpointing applies in training mode only

@@ -109,8 +109,9 @@ def test_smollm2_parallel_is_parallel_r1s_three_stages_with_the_real_model():
     # the cheap settings its three seeds were measured with: bf16 engines where native, one ZeRO-0 learner
     assert cfg.rollout.dtype == "auto" and cfg.learner.zero_stage == 0 and cfg.learner.num_actors == 1
     assert cfg.learner.recompute_old_logprobs  # bf16 engines' logprobs are not the learner's
-    # two solved examples first (0.01-0.03 before training, not 0.000), half the teacher's traces unanswered
-    assert cfg.data.fewshot == 2 and cfg.data.teacher_no_answer == 0.5
+    # two solved examples first and T=0.7 (0.05-0.09 before training; 0.000 zero-shot, 0.02-0.03 at T=1.0),
+    # half the teacher's traces unanswered
+    assert cfg.data.fewshot == 2 and cfg.data.teacher_no_answer == 0.5 and cfg.rollout.temperature == 0.7
 
 
 def test_smollm2_parason_is_pa_grpo_on_the_toy_world_with_the_real_model():

@@ -22,9 +22,9 @@ def test_sft_teaches_smollm2_to_fork_and_join(tmp_path, attach):
     cmd = [sys.executable, "-m", "orchestrator", "+experiment=smollm2_parallel", "curriculum.stages.sft.steps=18",
            "curriculum.stages.easy_rl.steps=0", "curriculum.stages.acc_rl.steps=0", "rollout.engine=hf",
            "data.n_test=16", "trainer.eval_samples=2", "trainer.eval_greedy=false", f"hydra.run.dir={run_dir}",
-           # the cold start from zero-shot, with the teacher it was measured with: 13-token prompts (the
-           # experiment's two examples make them ~160, and its steps ~1.5x slower) and answered rising
-           "data.fewshot=0", "data.teacher_no_answer=0.3",
+           # the cold start from zero-shot, with the teacher and temperature it was measured with: 13-token
+           # prompts (the experiment's two examples make them ~160, and its steps ~1.5x slower) and answered rising
+           "data.fewshot=0", "data.teacher_no_answer=0.3", "rollout.temperature=1.0",
            "logging.progress_bar=false", attach]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

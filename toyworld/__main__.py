@@ -2,8 +2,11 @@
 
     python -m toyworld sample --family mixed -n 5 --seed 0 --difficulty 1
     python -m toyworld sample --family trial -n 3 --difficulty 1,2,3   # mixed difficulty
+    python -m toyworld stats --family all -n 400 --difficulty 1,3,5     # where a fork pays
 
-prints one JSON object per problem (uid, family, difficulty, prompt, answer, traces).
+``sample`` prints one JSON object per problem (uid, family, difficulty, prompt, answer, traces);
+``stats`` the teacher's serial length against its parallel critical path, per stratum
+(``toyworld/stats.py``), as a table and one JSON line.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import os
 import sys
 
 from toyworld.generate import iter_problems
-from toyworld.problem import FAMILIES, MAX_DIFFICULTY
+from toyworld.problem import FAMILY_CHOICES, MAX_DIFFICULTY
 
 
 def _difficulty(text: str) -> int | tuple[int, ...]:
@@ -32,19 +35,40 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m toyworld", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     sample = sub.add_parser("sample", help="print generated problems as JSONL")
-    sample.add_argument("--family", default="mixed", choices=FAMILIES + ("mixed",))
-    sample.add_argument("-n", type=int, default=5)
-    sample.add_argument("--seed", type=int, default=0)
-    sample.add_argument("--difficulty", type=_difficulty, default=1, help="int or comma list, e.g. 1,2,3")
+    stats = sub.add_parser("stats", help="the teacher's critical path against its serial length, per stratum")
+    for p, n in ((sample, 5), (stats, 400)):
+        p.add_argument("--family", default="mixed", choices=FAMILY_CHOICES)
+        p.add_argument("-n", type=int, default=n)
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--difficulty", type=_difficulty, default=1, help="int or comma list, e.g. 1,2,3")
+    stats.add_argument("--units", choices=("tokens", "words"), default="tokens",
+                       help="the tiny model's tokens (a run's tokenizer) or the format module's words")
     args = parser.parse_args(argv)
     if args.n < 0:
         parser.error("-n must be >= 0")
+    if args.cmd == "stats":
+        return _stats(args)
     try:
         for p in iter_problems(args.family, args.n, args.seed, args.difficulty):  # streamed: constant memory
             sys.stdout.write(json.dumps(dataclasses.asdict(p)) + "\n")
         sys.stdout.flush()
     except BrokenPipeError:  # `| head`: the reader left; nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from toyworld.generate import corpus
+    from toyworld.stats import format_stats, teacher_stats
+
+    tokenizer = None
+    if args.units == "tokens":  # the tokenizer `model=tiny` builds (trainingdata.streams.tokenizer_corpus)
+        from tinylm.tokenizer import build_tokenizer
+
+        tokenizer = build_tokenizer(corpus(2000, 0))
+    table = teacher_stats(iter_problems(args.family, args.n, args.seed, args.difficulty), tokenizer)
+    print(format_stats(table))
+    print(json.dumps({"units": args.units, "family": args.family, "strata": table}))
     return 0
 
 

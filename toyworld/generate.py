@@ -14,23 +14,23 @@ import random
 from collections.abc import Iterator, Sequence
 
 from formats import PARALLEL_R1, FormatSpec
-from toyworld.problem import FAMILIES, MAX_DIFFICULTY, Problem
-from toyworld.tasks import check_difficulty, flawed, sample_subtask, sample_trial
+from toyworld.problem import FAMILIES, FAMILY_CHOICES, LONG_FAMILIES, MAX_DIFFICULTY, Problem
+from toyworld.tasks import check_difficulty, flawed, sample_mul, sample_search, sample_subtask, sample_trial
 from toyworld.teacher import render_all
 
 __all__ = ["Difficulty", "corpus", "generate", "make_splits"]
 
 Difficulty = int | Sequence[int]
-_SAMPLERS = {"subtask": sample_subtask, "trial": sample_trial}
-_VALID = FAMILIES + ("mixed",)
+_SAMPLERS = {"subtask": sample_subtask, "trial": sample_trial, "mul": sample_mul, "search": sample_search}
+_CYCLES = {"mixed": FAMILIES, "all": FAMILIES + LONG_FAMILIES}
 # make_splits gives up after this many draws in a row that found nothing new: the problem
 # space (a few hundred problems at difficulty 1) is then (nearly) exhausted.
 _MAX_CONSECUTIVE_MISSES = 2000
 
 
 def _check_family(family: str) -> str:
-    if family not in _VALID:
-        raise ValueError(f"unknown family {family!r}; valid families: {', '.join(_VALID)}")
+    if family not in FAMILY_CHOICES:
+        raise ValueError(f"unknown family {family!r}; valid families: {', '.join(FAMILY_CHOICES)}")
     return family
 
 
@@ -51,7 +51,8 @@ def _stream(
     teacher_no_answer: float = 0.0, teacher_serial: float = 0.0, r1_spec: FormatSpec = PARALLEL_R1,
     teacher_verify: float = 0.0, teacher_midfork: float = 0.0,
 ) -> Iterator[tuple[Problem, tuple]]:
-    """Endless ``(problem, identity key)`` pairs; ``mixed`` alternates subtask, trial, ...
+    """Endless ``(problem, identity key)`` pairs; ``mixed`` alternates subtask, trial, ... and
+    ``all`` subtask, trial, mul, search, ...
 
     With ``teacher_error`` p, each problem's traces are, with probability p, rendered from a
     :func:`~toyworld.tasks.flawed` solution (the answer stays the true one).  With
@@ -76,7 +77,8 @@ def _stream(
     shapes = random.Random(f"{tag}/teacher_shape")
     i = 0
     while True:
-        fam = FAMILIES[i % len(FAMILIES)] if family == "mixed" else family
+        cycle = _CYCLES.get(family, (family,))
+        fam = cycle[i % len(cycle)]
         d = levels[0] if len(levels) == 1 else rng.choice(levels)
         prompt, sol = _SAMPLERS[fam](rng, d)
         slip = teacher_error > 0 and slips.random() < teacher_error

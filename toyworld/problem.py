@@ -14,6 +14,11 @@ __all__ = ["FAMILIES", "MAX_DIFFICULTY", "TRACE_KINDS", "Part", "Problem", "Solu
 
 #: Problem families; ``"mixed"`` (accepted by :func:`toyworld.generate`) alternates them.
 FAMILIES: tuple[str, ...] = ("subtask", "trial")
+#: Families whose branches are long enough that a fork can pay (``toyworld.tasks``); ``"all"``
+#: alternates ``FAMILIES + LONG_FAMILIES``.
+LONG_FAMILIES: tuple[str, ...] = ("mul", "search")
+#: What ``family`` may name: one family, ``"mixed"`` (the short two) or ``"all"`` (all four).
+FAMILY_CHOICES: tuple[str, ...] = FAMILIES + LONG_FAMILIES + ("mixed", "all")
 #: Keys of :attr:`Problem.traces`.
 TRACE_KINDS: tuple[str, ...] = ("serial", "parallel_r1", "parason")
 #: Difficulty d gives 1 + d branches; both formats allow at most 8 branches per block.
@@ -70,11 +75,12 @@ class Part:
 class Solution:
     """A teacher's solution: independent branches, then a merge step on the main chain.
 
-    ``kind`` is ``"subtask"`` (AND: the merge needs every branch) or ``"trial"`` (OR: branches
-    test hypotheses, the merge states the winner).  ``merge`` is the Parallel-R1 summary and
+    ``kind`` is the family: ``"subtask"`` or ``"mul"`` (AND: the merge needs every branch),
+    ``"trial"`` or ``"search"`` (OR: branches test hypotheses, the merge states the winner).  ``merge`` is the Parallel-R1 summary and
     the Parason main-chain continuation, e.g. ``"12+30=42"`` or ``"x=3"``.  ``key`` is the
     problem's identity up to reordering (``3*4+5*6`` and ``6*5+4*3`` share one), used to keep
-    train and test apart.
+    train and test apart.  ``serial_parts``: how many parts the serial trace works before its
+    merge (0: all; a serial search stops at the first ``yes``).
     """
 
     kind: str
@@ -82,3 +88,4 @@ class Solution:
     merge: str
     answer: int
     key: tuple = ()
+    serial_parts: int = 0

@@ -8,9 +8,21 @@
   computed, so the answer is not readable from the prompt, and the check reuses the same
   multiplication table as the subtask family.
 
+Two more families have branches long enough that a fork pays (Parason's synthetic
+multiplication), and are not part of ``"mixed"`` (``"all"`` alternates all four):
+
+* **mul** -- a sum of ``1 + d`` products of a three-digit number by a digit,
+  ``"Q: 347*3+582*6\\nA:"``.  Each branch works its product digit by digit
+  (``300*3=900 40*3=120 900+120=1020 7*3=21 1020+21=1041``, AND); the merge adds the products
+  one at a time.
+* **search** -- the one candidate ``x`` with ``x*a*b*c%10=r``, ``"Q: x*7*3*9%10=1 x?2 5 4\\nA:"``.
+  A branch follows the chain on last digits (``2*7=14 4*3=12 2*9=18 18%10=8 no``, OR).  The
+  winner's place is uniform, so a serial solver, which stops at the first ``yes``, checks
+  ``(k+1)/2`` candidates on average and a fork checks all of them in the time of one.
+
 Difficulty ``d`` (1..7) sets the number of branches (``1 + d``) and, from d=4 on, widens the
-operand range.  Everything is pure: a ``random.Random`` goes in, a prompt and a solution
-come out.
+operand range of the first two families.  Everything is pure: a ``random.Random`` goes in, a
+prompt and a solution come out.
 """
 
 from __future__ import annotations
@@ -19,7 +31,8 @@ import random
 
 from toyworld.problem import MAX_DIFFICULTY, Part, Solution
 
-__all__ = ["check_difficulty", "flawed", "operand_max", "sample_subtask", "sample_trial", "trial_ok"]
+__all__ = ["check_difficulty", "flawed", "operand_max", "sample_mul", "sample_search", "sample_subtask", "sample_trial",
+           "trial_ok"]
 
 _MOD = 10  # the trial check is on the last digit of a product
 
@@ -112,6 +125,91 @@ def _trial_part(c: int, m: int, r: int) -> Part:
     return Part(outline=f"x={c}", work=f"{c}*{m}={prod} {prod}%10={prod % _MOD} {verdict}")
 
 
+def _product_steps(a: int, b: int) -> tuple[str, int]:
+    """``a*b`` worked one digit of ``a`` at a time, each partial product added as it comes.
+
+    >>> _product_steps(347, 3)
+    ('300*3=900 40*3=120 900+120=1020 7*3=21 1020+21=1041', 1041)
+    >>> _product_steps(307, 3)[0]
+    '300*3=900 7*3=21 900+21=921'
+    """
+    place = 10 ** (len(str(a)) - 1)
+    steps, total = [], None
+    while place:
+        digit = a // place % 10
+        if digit:
+            part = digit * place
+            steps.append(f"{part}*{b}={part * b}")
+            if total is not None:
+                steps.append(f"{total}+{part * b}={total + part * b}")
+            total = (total or 0) + part * b
+        place //= 10
+    return " ".join(steps), total
+
+
+def _running_sum(values: list[int]) -> str:
+    """Add ``values`` one at a time: ``[1041, 3492, 12]`` -> ``"1041+3492=4533 4533+12=4545"``."""
+    steps, total = [], values[0]
+    for v in values[1:]:
+        steps.append(f"{total}+{v}={total + v}")
+        total += v
+    return " ".join(steps)
+
+
+def sample_mul(rng: random.Random, difficulty: int) -> tuple[str, Solution]:
+    """A sum of ``1 + difficulty`` products of a three-digit number by a digit in 2..9.
+
+    >>> prompt, sol = sample_mul(random.Random(0), 1)
+    >>> prompt, sol.parts[0].work, sol.merge, sol.answer
+    ('Q: 964*8+876*8\\nA:', '900*8=7200 60*8=480 7200+480=7680 4*8=32 7680+32=7712', '7712+7008=14720', 14720)
+    """
+    check_difficulty(difficulty)
+    pairs = [(rng.randint(100, 999), rng.randint(2, 9)) for _ in range(1 + difficulty)]
+    worked = [_product_steps(a, b) for a, b in pairs]
+    terms = [f"{a}*{b}" for a, b in pairs]
+    parts = tuple(Part(outline=t, work=w) for t, (w, _) in zip(terms, worked))
+    values = [v for _, v in worked]
+    key = ("mul",) + tuple(sorted(pairs))
+    return f"Q: {'+'.join(terms)}\nA:", Solution("mul", parts, _running_sum(values), sum(values), key)
+
+
+def _chain(x: int, factors: tuple[int, ...]) -> tuple[str, int]:
+    """``x*a*b*...`` on last digits: ``(2, (7, 3, 9))`` -> ``("2*7=14 4*3=12 2*9=18 18%10=8", 8)``."""
+    steps, last = [], x
+    for f in factors:
+        steps.append(f"{last}*{f}={last * f}")
+        prod, last = last * f, last * f % _MOD
+    steps.append(f"{prod}%10={last}")
+    return " ".join(steps), last
+
+
+def sample_search(rng: random.Random, difficulty: int) -> tuple[str, Solution]:
+    """Pick the one of ``1 + difficulty`` candidates in 2..9 (2..19 from d=4) with ``x*a*b*c%10=r``.
+
+    The serial trace checks the candidates in the prompt's order and stops at the winner
+    (``Solution.serial_parts``); the parallel traces check every candidate at once.
+
+    >>> prompt, sol = sample_search(random.Random(1), 2)
+    >>> prompt, sol.parts[0].work, sol.merge, sol.serial_parts
+    ('Q: x*4*3*6%10=6 x?6 3 9\\nA:', '6*4=24 4*3=12 2*6=12 12%10=2 no', 'x=3', 2)
+    """
+    check_difficulty(difficulty)
+    hi = 9 if difficulty <= 3 else 19
+    factors = tuple(rng.randint(2, 9) for _ in range(3))
+    x = rng.randint(2, hi)
+    r = _chain(x, factors)[1]
+    losers = [y for y in range(2, hi + 1) if _chain(y, factors)[1] != r]
+    if len(losers) < difficulty:  # the chain maps too many candidates to r: another chain
+        return sample_search(rng, difficulty)
+    candidates = rng.sample(losers, difficulty) + [x]
+    rng.shuffle(candidates)
+    parts = tuple(Part(outline=f"x={c}", work=_chain(c, factors)[0] + (" yes" if c == x else " no"))
+                  for c in candidates)
+    prompt = f"Q: x*{'*'.join(map(str, factors))}%10={r} x?{' '.join(map(str, candidates))}\nA:"
+    key = ("search", factors, r) + tuple(sorted(candidates))
+    return prompt, Solution("search", parts, f"x={x}", x, key, serial_parts=candidates.index(x) + 1)
+
+
 def flawed(sol: Solution, rng: random.Random) -> Solution:
     """The same solution with a slip in its merge, as an imperfect (model-written) teacher makes.
 
@@ -124,11 +222,11 @@ def flawed(sol: Solution, rng: random.Random) -> Solution:
     >>> bad.parts == sol.parts, bad.answer != sol.answer, bad.merge == f"x={bad.answer}"
     (True, True, True)
     """
-    if sol.kind == "trial":
+    if sol.kind in ("trial", "search"):
         losers = [int(p.outline.removeprefix("x=")) for p in sol.parts if p.work.endswith(" no")]
         wrong = rng.choice(losers)
         return Solution(sol.kind, sol.parts, f"x={wrong}", wrong, sol.key)
-    if sol.kind == "subtask":
+    if sol.kind in ("subtask", "mul"):
         wrong = sol.answer + (10 if sol.answer < 10 or rng.random() < 0.5 else -10)
         return Solution(sol.kind, sol.parts, sol.merge.rsplit("=", 1)[0] + f"={wrong}", wrong, sol.key)
     raise ValueError(f"unknown solution kind {sol.kind!r}")

@@ -47,7 +47,7 @@ __all__ = [
     "render_serial",
 ]
 
-_PARASON_KIND = {"subtask": SUBTASK, "trial": TRIAL}
+_PARASON_KIND = {"subtask": SUBTASK, "trial": TRIAL, "mul": SUBTASK, "search": TRIAL}
 
 #: Where a parallel trace forks (``render_all(shape=...)``): ``fork`` at its first token (every
 #: branch solves a part); ``midfork`` after solving the first part serially (the block solves the
@@ -103,7 +103,8 @@ def render_serial(sol: Solution, answer_line: bool = True) -> str:
     '3*4=12 5*6=30 12+30=42 #### 42'
     """
     _check_text(sol)
-    return " ".join([p.work for p in sol.parts] + [sol.merge]) + (final_line(sol.answer) if answer_line else "")
+    parts = sol.parts[:sol.serial_parts] if sol.serial_parts else sol.parts
+    return " ".join([p.work for p in parts] + [sol.merge]) + (final_line(sol.answer) if answer_line else "")
 
 
 def _lead(prefix: str) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["toyworld", "toyworld.problem", "toyworld.tasks", "toyworld.teacher", "toyworld.generate"]
+MODULES = ["toyworld", "toyworld.problem", "toyworld.tasks", "toyworld.teacher", "toyworld.generate", "toyworld.stats"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -123,8 +123,8 @@ def test_corpus_covers_prompts_traces_and_tags():
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda: toyworld.generate("algebra", 1, 0), "subtask, trial, mixed"),
-        (lambda: toyworld.make_splits(1, 1, 0, family="algebra"), "subtask, trial, mixed"),
+        (lambda: toyworld.generate("algebra", 1, 0), "subtask, trial, mul, search, mixed, all"),
+        (lambda: toyworld.make_splits(1, 1, 0, family="algebra"), "subtask, trial, mul, search, mixed, all"),
         (lambda: toyworld.generate("mixed", 1, 0, difficulty=0), "difficulty"),
         (lambda: toyworld.generate("mixed", 1, 0, difficulty=toyworld.MAX_DIFFICULTY + 1), "difficulty"),
         (lambda: toyworld.generate("mixed", 1, 0, difficulty=()), "empty"),

@@ -15,6 +15,14 @@ from orchestrator.structure import sample_stats
 EVAL_STAGE = Stage("eval", "rl", 1, reward="accuracy")
 
 
+def _stratum(meta: dict) -> str | None:
+    """A toy problem's stratum, ``<family>_d<difficulty>`` (where a fork pays depends on both); else the
+    difficulty's (`evaluation.metrics.stratum_of`)."""
+    if meta.get("family") is not None and meta.get("difficulty") is not None:
+        return f"{meta['family']}_d{meta['difficulty']}"
+    return None
+
+
 def evaluate(prompts: list[Prompt], fmt, tcfg: TrainerConfig,
              generate: Callable[..., StepSamples]) -> dict[str, float]:
     """Held-out evaluation with the `evaluation` package's metrics. The papers' protocol:
@@ -34,10 +42,13 @@ def evaluate(prompts: list[Prompt], fmt, tcfg: TrainerConfig,
     if k:
         samples = generate(prompts, n=k, seed=EVAL_SEED, stage=EVAL_STAGE, greedy=False)
     rows = [{"uid": g.prompt.uid, "benchmark": g.prompt.meta.get("benchmark", "heldout"), "text": x.text,
-             "answer": g.prompt.ground_truth, "difficulty": g.prompt.meta.get("difficulty"), "correct": c}
+             "answer": g.prompt.ground_truth, "difficulty": g.prompt.meta.get("difficulty"),
+             "stratum": _stratum(g.prompt.meta), "correct": c}
             for g in samples.groups for x, c in zip(g.samples, g.correct)]
     detail = flatten_metrics(evaluate_outputs(rows, fmt, k or 1, budgets=tcfg.eval_budgets))
     table["eval/acc"] = mean(samples.correct)
+    # latency over every sample, a serial one's critical path being its length (Parason's T)
+    table["eval/critical_path_tokens"] = detail["eval/overall/critical_path_tokens"]
     table["eval/answered"] = detail["eval/overall/answered"]  # over every benchmark's samples
     if k:
         table[f"eval/pass@{k}"] = detail[f"eval/overall/pass@{k}"]

@@ -31,10 +31,19 @@ _LEGEND = ("acc: mean@{k} at the rollout temperature; greedy: one greedy sample;
            "of the samples that fork / do not. Every column, and the acc@B budget curve: summary.json.")
 
 
+# per benchmark and stratum, summary.json keeps accuracy, the fork share and the latency (where forking pays)
+_PER_STRATUM = re.compile(r"eval/[^/]+/[^/]+/(mean@\d+|parallel_ratio|critical_path_tokens)")
+
+
 def in_table(key: str) -> bool:
-    """Headline metrics go to summary.json; the per-benchmark breakdown stays in W&B and metrics.jsonl."""
+    """Headline metrics go to summary.json, with each stratum's mean@k, #Parallel and critical path; the rest
+    of the per-benchmark breakdown stays in W&B and metrics.jsonl.
+
+    >>> [in_table(k) for k in ("eval/acc", "eval/heldout/mul_d3/parallel_ratio", "eval/heldout/pass@8")]
+    [True, True, False]
+    """
     nested = key.startswith("eval/") and key.count("/") >= 2 and not key.startswith("eval/parallel/")
-    return not nested  # eval/<benchmark>/..., eval/overall/...
+    return not nested or bool(_PER_STRATUM.fullmatch(key))
 
 
 def _columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:

@@ -60,3 +60,19 @@ def test_colocated_engines_slept_through_every_update_and_sampled_the_policy(smo
     assert all(abs(r["actor/ppo_kl"]) < 1e-4 for r in rl), [r["actor/ppo_kl"] for r in rl]
     # SFT: asleep from its first step to the stage's end (no push between: trainer.eval_every=0)
     assert "timing/sleep" in sft[0] and sum("timing/sleep" in r for r in sft) == 1, len(sft)
+
+
+def test_every_stage_row_carries_the_latency_and_each_strata_fork_share(smoke_run):
+    """summary.json's stage rows: eval/critical_path_tokens over every held-out sample (a serial one's is its
+    length) and, per family x difficulty stratum, mean@k, #Parallel and the critical path."""
+    assert smoke_run.returncode == 0, smoke_run.stderr[-3000:]
+    stages = json.loads((smoke_run.run_dir / "summary.json").read_text())["stages"]
+    assert [s["stage"] for s in stages] == ["init", "sft", "rl"]
+    for row in stages:
+        strata = {k.split("/")[2] for k in row if k.startswith("eval/heldout/")}
+        assert strata == {"subtask_d1", "trial_d1"}, sorted(row)
+        crit = [row[f"eval/heldout/{s}/critical_path_tokens"] for s in sorted(strata)]
+        # the mean over all samples lies between the strata's means
+        assert min(crit) <= row["eval/critical_path_tokens"] <= max(crit)
+        assert 0 <= row["eval/heldout/subtask_d1/parallel_ratio"] <= 1
+    assert stages[1]["eval/heldout/trial_d1/parallel_ratio"] > 0.5  # SFT taught the fork

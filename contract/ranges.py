@@ -72,6 +72,7 @@ RANGES: dict[str, Range] = {
     "data.n_train": COUNT, "data.n_test": COUNT, "data.seed": SEED,
     "data.teacher_error": unit(), "data.teacher_no_answer": unit(), "data.teacher_serial": unit(),
     "data.teacher_verify": unit(), "data.teacher_midfork": unit(), "data.fewshot": Range(0, 8),
+    "data.rl_holdout": unit(hi_open=True),
     # rollout
     "rollout.num_actors": COUNT, "rollout.n": COUNT, "rollout.temperature": gt(0), "rollout.top_p": unit(lo_open=True),
     "rollout.max_new_tokens": COUNT, "rollout.max_batch_size": COUNT, "rollout.num_cpus": gt(0),

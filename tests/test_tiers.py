@@ -11,13 +11,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FILE = "tests/bench/test_bench_smoke.py"  # one `vllm` test (..._on_vllm), one `slow`, the rest neither; light imports
-SHARED = "tests/e2e/test_rl_beats_sft.py"  # its hf arm shares the vLLM arm's SFT run: tier("vllm")
 
 
 def _collected(tier: str | None, *args: str) -> list[str]:
     env = {k: v for k, v in os.environ.items() if k != "PARALLAX_TIER"} | ({"PARALLAX_TIER": tier} if tier else {})
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                          *args, FILE, SHARED],
+                          *args, FILE],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode in (0, 5), out.stdout[-2000:] + out.stderr[-2000:]  # 5: nothing selected
     return [line for line in out.stdout.splitlines() if "::" in line]
@@ -25,16 +24,11 @@ def _collected(tier: str | None, *args: str) -> list[str]:
 
 def test_a_marker_narrows_a_tier_and_never_replaces_it():
     # rest AND (slow or vllm): of the file's many rest tests only its slow one. Were the `-m` to replace
-    # the tier, the vllm test and the shared module's (slow) tests would be here too.
+    # the tier, the vllm test would be here too.
     assert _collected("rest", "-m", "slow or vllm") == [f"{FILE}::test_bench_peer"]
     if _has_vllm():  # the vLLM tier needs vLLM installed (the README's install command)
-        # vllm AND (vllm or slow): the file's vLLM test, and the shared module whole -- a tier("vllm")
-        # test joins the vLLM tier whatever its markers (its hf arm is not `vllm`) -- but not the file's
-        # slow rest test
-        vllm = _collected("vllm", "-m", "vllm or slow")
-        assert [t for t in vllm if t.startswith(FILE)] == [f"{FILE}::test_bench_requests_on_vllm"]
-        shared = [t for t in vllm if t.startswith(SHARED)]
-        assert {t.split("[")[-1] for t in shared} == {"hf]", "vllm]"} and len(vllm) == 1 + len(shared)
+        # vllm AND (vllm or slow): the file's vLLM test, but not its slow rest test
+        assert _collected("vllm", "-m", "vllm or slow") == [f"{FILE}::test_bench_requests_on_vllm"]
 
 
 def test_an_unknown_tier_is_a_usage_error():

@@ -99,6 +99,7 @@ def _stream(
             teacher_no_answer=drop,
             teacher_serial=serial,
             teacher_shape="fork" if serial else shape,
+            key=sol.key,
         )
         yield problem, sol.key
         i += 1

@@ -56,6 +56,9 @@ class Problem:
     #: Where the parallel traces fork (``toyworld.teacher.SHAPES``; ``make_splits(teacher_verify=...,
     #: teacher_midfork=...)``): ``"fork"`` at the first token, ``"midfork"`` or ``"verify"`` later.
     teacher_shape: str = "fork"
+    #: The problem's identity up to reordering (:attr:`Solution.key`): ``3*4+5*6`` and ``6*5+4*3`` share
+    #: one.  Splits use it (no test problem in train; ``data.rl_holdout`` keeps RL's problems out of SFT).
+    key: tuple = ()
 
 
 @dataclass(frozen=True)

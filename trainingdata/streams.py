@@ -44,6 +44,22 @@ def show_examples(problems: list, cfg: DataConfig, tokenizer) -> list:
             for p in problems]
 
 
+def held_for_rl(problems: list, share: float, rl: bool) -> list:
+    """The toy problems an RL stage (``rl``) or an SFT stage draws from when a ``share`` of the distinct
+    problems is kept for RL (`data.rl_holdout`): a problem is RL's when a stable hash of its identity
+    (`toyworld.Problem.key`: reorderings are one problem) falls below ``share``, the same in every process.
+
+    >>> import toyworld
+    >>> train = toyworld.make_splits(200, 0, seed=0)[0]
+    >>> rl, sft = held_for_rl(train, 0.3, True), held_for_rl(train, 0.3, False)
+    >>> len(rl) + len(sft) == 200, not {p.key for p in rl} & {p.key for p in sft}
+    (True, True)
+    """
+    if share <= 0:
+        return problems
+    return [p for p in problems if (zlib.crc32(repr(p.key).encode()) / 2**32 < share) == rl]
+
+
 def tokenizer_corpus(cfg: DataConfig) -> list[str]:
     """Text the tiny tokenizer is trained on (the toy world's prompts and all trace kinds)."""
     import toyworld
@@ -138,7 +154,11 @@ class StageStreams:
     def _items(self, stage) -> list:
         source = stage.data or self.cfg.source
         if source == "toyworld":
-            return self.train if stage.kind == "sft" else to_prompts(self.train, self.tokenizer)
+            pool = held_for_rl(self.train, self.cfg.rl_holdout, stage.kind == "rl")
+            if not pool:
+                raise ValueError(f"data.rl_holdout={self.cfg.rl_holdout} leaves stage {stage.name!r} no toy problem "
+                                 f"of {len(self.train)}")
+            return pool if stage.kind == "sft" else to_prompts(pool, self.tokenizer)
         if stage.kind == "sft" and _named_set(source):
             from trainingdata.loaders import trajectory_file
 

@@ -52,3 +52,29 @@ def test_benchmark_prompts_are_the_papers_prompt_in_the_chat_template(lm):
     assert p.text == f"<user>{prompts[0].text}</user><assistant>"
     with pytest.raises(ValueError, match="unknown benchmark 'gsm9k'"):
         benchmark_prompts("gsm9k", DataConfig(), tok)
+
+
+def test_rl_holdout_keeps_rl_problems_out_of_sft():
+    """data.rl_holdout: a share of the distinct train problems (reorderings are one problem) goes to the RL
+    stages only, the rest to SFT only; 0 gives every stage the whole pool."""
+    import toyworld
+    from contract.config import DataConfig
+    from curricula.stage import Stage
+    from tinylm import build_tokenizer
+    from trainingdata.streams import StageStreams
+
+    train, _ = toyworld.make_splits(2000, 128, seed=0)
+    tok = build_tokenizer([p.prompt for p in train[:200]])
+    sft, rl = Stage("sft", "sft", 4), Stage("rl", "rl", 4)
+    held = StageStreams(DataConfig(rl_holdout=0.3), train, tok, seed=0)
+    sft_keys = {p.key for _ in range(100) for p in held.next(sft, 16)}
+    rl_uids = {p.uid for _ in range(100) for p in held.next(rl, 16)}
+    rl_keys = {p.key for p in train if p.uid in rl_uids}
+    assert sft_keys and rl_keys and not sft_keys & rl_keys
+    pool = {q.uid for q in held._items(rl)}
+    share = len({p.key for p in train if p.uid in pool}) / len({p.key for p in train})
+    assert 0.2 < share < 0.4, share
+    whole = StageStreams(DataConfig(), train, tok, seed=0)
+    assert len(whole._items(sft)) == len(whole._items(rl)) == 2000
+    with pytest.raises(ValueError, match="data.rl_holdout"):
+        DataConfig(rl_holdout=1.0)

@@ -1,5 +1,6 @@
 """Smoke tests: every `bench/*.py` script at a tiny size, so a change that breaks a benchmark breaks CI
-(ab_pipeline.py's is the pipelined-loop test in tests/e2e/test_pipeline.py, which reads the runs it keeps).
+(ab_pipeline.py's is the pipelined-loop test in tests/e2e/test_pipeline.py, which reads the runs it keeps;
+bench_oracle.py's is tests/e2e/test_oracle_smoke.py, on the shared smoke run).
 
 Each script runs as a subprocess from the repository root (as its docstring says to run it), and
 its last stdout line that parses as a JSON object is checked: the "bench" name, the keys, the sizes

@@ -46,18 +46,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.n < 0:
         parser.error("-n must be >= 0")
-    if args.cmd == "stats":
-        return _stats(args)
     try:
-        for p in iter_problems(args.family, args.n, args.seed, args.difficulty):  # streamed: constant memory
-            sys.stdout.write(json.dumps(dataclasses.asdict(p)) + "\n")
+        if args.cmd == "stats":
+            _stats(args)
+        else:
+            for p in iter_problems(args.family, args.n, args.seed, args.difficulty):  # streamed: constant memory
+                sys.stdout.write(json.dumps(dataclasses.asdict(p)) + "\n")
         sys.stdout.flush()
     except BrokenPipeError:  # `| head`: the reader left; nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
-def _stats(args: argparse.Namespace) -> int:
+def _stats(args: argparse.Namespace) -> None:
     from toyworld.generate import corpus
     from toyworld.stats import format_stats, teacher_stats
 
@@ -69,7 +70,6 @@ def _stats(args: argparse.Namespace) -> int:
     table = teacher_stats(iter_problems(args.family, args.n, args.seed, args.difficulty), tokenizer)
     print(format_stats(table))
     print(json.dumps({"units": args.units, "family": args.family, "strata": table}))
-    return 0
 
 
 if __name__ == "__main__":

@@ -6,11 +6,12 @@ training problems that SFT never saw (``data.rl_holdout=0.3``). Before, RL's gai
 forgetful teacher left out; with a complete one RL lowered accuracy (0.487 -> 0.463), because it trained on
 problems SFT had memorised.
 
-Measured over trainer seeds (docs/results.md, "Where RL has room"): held-out mean@8 SFT -> RL 0.503 ->
-0.567, 0.460 -> 0.520, 0.662 -> 0.667, and the training reward (RL's own problems, new to the model when the
-stage starts) by quarter 0.59 -> 0.75, 0.51 -> 0.70, 0.69 -> 0.82; the answered share moves by at most
-0.003. The held-out gain is not the same in every seed, so this short proof asserts what held in every
-one: the training reward climbs, the held-out accuracy does not fall, and nothing of it is answering.
+Measured over trainer seeds 0-3 (docs/results.md, "Where RL has room"): held-out mean@8 SFT -> RL 0.503 ->
+0.567, 0.460 -> 0.520, 0.662 -> 0.667, 0.650 -> 0.645, and the training reward (RL's own problems, new to
+the model when the stage starts) by quarter 0.59 -> 0.75, 0.51 -> 0.70, 0.69 -> 0.82, 0.70 -> 0.82; the
+answered share moves by at most 0.003. The held-out gain comes in the two seeds whose SFT is weaker and not
+in the other two, so this short proof asserts what held in every one: the training reward climbs, the
+held-out accuracy does not fall beyond noise, and nothing of it is answering.
 One run, SFT and RL in one process, on the hf engine.
 """
 
@@ -27,8 +28,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow]
 
-REWARD_CLIMB = 0.05  # training reward, last quarter of the RL stage minus its first (seeds: 0.16, 0.20, 0.13)
-HELDOUT_DROP = 0.02  # held-out mean@8 may lose at most this much (seeds: +0.064, +0.060, +0.005)
+REWARD_CLIMB = 0.05  # training reward, last quarter of the RL stage minus its first (seeds: 0.16, 0.20, 0.13, 0.12)
+HELDOUT_DROP = 0.04  # held-out mean@8 may lose at most this (seeds: +0.064, +0.060, +0.005, -0.005; ~2 s.e.)
 ANSWERED_MOVE = 0.02  # the answered share may move at most this much either way (seeds: <= 0.003)
 
 

@@ -2,7 +2,8 @@
 
     python -m toyworld sample --family mixed -n 5 --seed 0 --difficulty 1
     python -m toyworld sample --family trial -n 3 --difficulty 1,2,3   # mixed difficulty
-    python -m toyworld stats --family all -n 400 --difficulty 1,3,5     # where a fork pays
+    python -m toyworld stats --family all -n 400 --difficulty 1,3,5 --tokenizer runs/X/model_init
+                                                                        # where a fork pays, in a model's tokens
 
 ``sample`` prints one JSON object per problem (uid, family, difficulty, prompt, answer, traces);
 ``stats`` the teacher's serial length against its parallel critical path, per stratum
@@ -41,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("-n", type=int, default=n)
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--difficulty", type=_difficulty, default=1, help="int or comma list, e.g. 1,2,3")
-    stats.add_argument("--units", choices=("tokens", "words"), default="tokens",
-                       help="the tiny model's tokens (a run's tokenizer) or the format module's words")
+    stats.add_argument("--tokenizer", default=None,
+                       help="a Hugging Face tokenizer directory whose tokens to count (a tiny run's model_init/: "
+                            "digits one token each); default: the format module's words")
     args = parser.parse_args(argv)
     if args.n < 0:
         parser.error("-n must be >= 0")
@@ -59,17 +61,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _stats(args: argparse.Namespace) -> None:
-    from toyworld.generate import corpus
     from toyworld.stats import format_stats, teacher_stats
 
     tokenizer = None
-    if args.units == "tokens":  # the tokenizer `model=tiny` builds (trainingdata.streams.tokenizer_corpus)
-        from tinylm.tokenizer import build_tokenizer
+    if args.tokenizer:
+        from transformers import AutoTokenizer
 
-        tokenizer = build_tokenizer(corpus(2000, 0))
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     table = teacher_stats(iter_problems(args.family, args.n, args.seed, args.difficulty), tokenizer)
     print(format_stats(table))
-    print(json.dumps({"units": args.units, "family": args.family, "strata": table}))
+    print(json.dumps({"units": args.tokenizer or "words", "family": args.family, "strata": table}))
 
 
 if __name__ == "__main__":

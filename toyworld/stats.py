@@ -2,9 +2,9 @@
 
 Where a fork pays: a Parason (or Parallel-R1) trace's critical path, the tokens on its longest
 chain when the branches run at once (``formats.compute_metrics``), against the serial trace's
-length.  ``python -m toyworld stats --family all --difficulty 1,2,3`` prints one row per stratum
-and one JSON line; the unit is the tiny model's token (the tokenizer a run builds, on the same
-corpus), or with ``--units words`` the format module's default unit.
+length.  ``python -m toyworld stats --family all --difficulty 1,2,3 --tokenizer DIR`` prints one row
+per stratum and one JSON line; the unit is a model's token (``DIR``: a tiny run's ``model_init/``,
+whose tokenizer writes each digit as a token), or without ``--tokenizer`` the format module's words.
 """
 
 from __future__ import annotations

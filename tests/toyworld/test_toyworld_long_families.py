@@ -102,11 +102,15 @@ def test_stats_say_where_a_fork_pays():
     assert one["serial"] == len(p.traces["serial"].split())
 
 
-def test_stats_cli_prints_a_row_per_stratum_and_a_json_line():
+def test_stats_cli_prints_a_row_per_stratum_and_a_json_line(tmp_path):
+    from tinylm.tokenizer import build_tokenizer
+
+    build_tokenizer(toyworld.corpus(300, 0)).save_pretrained(tmp_path)  # as a tiny run's model_init/
     out = subprocess.run([sys.executable, "-m", "toyworld", "stats", "--family", "all", "-n", "64",
-                          "--difficulty", "1,3"], capture_output=True, text=True, check=True).stdout.splitlines()
+                          "--difficulty", "1,3", "--tokenizer", str(tmp_path)],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
     table = json.loads(out[-1])
-    assert table["units"] == "tokens"
+    assert table["units"] == str(tmp_path)
     strata = table["strata"]
     assert set(strata) == {f"{f}/d{d}" for f in ("subtask", "trial", "mul", "search") for d in (1, 3)} | {"all"}
     assert sum(s["n"] for k, s in strata.items() if k != "all") == strata["all"]["n"] == 64

@@ -11,8 +11,10 @@ Measured over trainer seeds 0-3 (docs/results.md, "Where RL has room"): held-out
 the model when the stage starts) by quarter 0.59 -> 0.75, 0.51 -> 0.70, 0.69 -> 0.82, 0.70 -> 0.82; the
 answered share moves by at most 0.003. The held-out gain comes in the two seeds whose SFT is weaker and not
 in the other two, so this short proof asserts what held in every one: the training reward climbs, the
-held-out accuracy does not fall beyond noise, and nothing of it is answering.
-One run, SFT and RL in one process, on the hf engine.
+held-out accuracy does not fall beyond noise, and nothing of it is answering. To fit CI's budget it runs 40 of
+the 100 RL steps: over the first 40, the training reward of steps 30-39 exceeded that of steps 0-9 by 0.06-0.16
+in all seven measured runs (four seeds of the experiment, three of its serial arm). One run, SFT and RL in one
+process, on the hf engine (~5 min).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow]
 
-REWARD_CLIMB = 0.05  # training reward, last quarter of the RL stage minus its first (seeds: 0.16, 0.20, 0.13, 0.12)
+RL_STEPS = 40  # of the experiment's 100
+REWARD_CLIMB = 0.03  # training reward, steps 30-39 minus steps 0-9 (seven runs: 0.059-0.155)
 HELDOUT_DROP = 0.04  # held-out mean@8 may lose at most this (seeds: +0.064, +0.060, +0.005, -0.005; ~2 s.e.)
 ANSWERED_MOVE = 0.02  # the answered share may move at most this much either way (seeds: <= 0.003)
 
@@ -37,6 +40,7 @@ ANSWERED_MOVE = 0.02  # the answered share may move at most this much either way
 def run(tmp_path_factory, attach) -> tuple[list[dict], list[dict]]:
     run_dir = tmp_path_factory.mktemp("reasoning_rl")
     cmd = [sys.executable, "-m", "orchestrator", "+experiment=reasoning_rl", "trainer.seed=0",
+           f"curriculum.stages.rl.steps={RL_STEPS}",
            f"hydra.run.dir={run_dir}", "logging.progress_bar=false", "trainer.eval_init=false", attach]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -55,8 +59,8 @@ def test_sft_learns_the_format_and_always_answers(run):
 def test_rl_raises_the_reward_on_problems_sft_never_saw_and_not_by_answering(run):
     stages, rl = run
     sft, after = stages
-    assert len(rl) == 100
-    first, last = (statistics.mean(r["reward/correct"] for r in part) for part in (rl[:25], rl[-25:]))
+    assert len(rl) == RL_STEPS
+    first, last = (statistics.mean(r["reward/correct"] for r in part) for part in (rl[:10], rl[-10:]))
     assert last - first >= REWARD_CLIMB, [round(r["reward/correct"], 3) for r in rl]
     assert after["eval/acc"] >= sft["eval/acc"] - HELDOUT_DROP, (sft["eval/acc"], after["eval/acc"])
     assert abs(after["eval/answered"] - sft["eval/answered"]) <= ANSWERED_MOVE

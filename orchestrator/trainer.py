@@ -204,7 +204,7 @@ class Trainer:
                                        greedy=greedy, max_restarts=self.cfg.cluster.max_restarts)
             return self._collect(started, stage, Timer())
 
-        return evaluate(self.eval_prompts, self.fmt, self.cfg.trainer, generate)
+        return evaluate(self.eval_prompts, self.fmt, self.cfg.trainer, generate, self.tokenizer)
 
     def _end_stage(self, stage: Stage) -> None:
         get_all(self.groups.learner.async_call("reset_optimizer"), "learner")

@@ -106,8 +106,9 @@ def evaluate(model: Path, cfg, out: Path, seed: int) -> dict:
     import contextlib
 
     from evaluation.cli import main as evaluation
+    from toyworld import as_difficulty, difficulty_text
 
-    diff = cfg.data.difficulty if isinstance(cfg.data.difficulty, int) else ",".join(map(str, cfg.data.difficulty))
+    diff = difficulty_text(as_difficulty(cfg.data.difficulty))
     argv = ["checkpoint", str(model), "--benchmarks", "toyworld", "--toy-n", str(cfg.data.n_test), "--toy-seed",
             str(cfg.data.seed), "--toy-difficulty", str(diff), "--toy-family", cfg.data.family,
             "--k", str(cfg.trainer.eval_samples), "--temperature", str(cfg.rollout.temperature),

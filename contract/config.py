@@ -226,9 +226,9 @@ class TrainerConfig:
     eval_samples: int = 8
     # Also decode each held-out problem greedily (eval/acc_greedy; eval/acc when eval_samples=0).
     eval_greedy: bool = True
-    # Critical-path budgets (tokens in the format's default units) for accuracy-under-budget
-    # (Parason's budget curve; paper scale: 2048, 8192, 16384, 24576).
-    eval_budgets: list[int] = field(default_factory=lambda: [8, 12, 16, 32])
+    # Critical-path budgets (the model's tokens) for accuracy-under-budget (Parason's budget curve; paper
+    # scale: 2048, 8192, 16384, 24576). The tiny model's toy answers: a short serial one ~26, a fork ~38.
+    eval_budgets: list[int] = field(default_factory=lambda: [16, 32, 48, 64])
     # Also evaluate on the held-out set every N steps (0: only after each stage).
     eval_every: int = 0
     # The held-out set: the toy world's test split (empty), or benchmarks by loader name

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from contract.errors import _check
@@ -25,12 +26,19 @@ class FormatOptions:
     outline_kind: str = "outline"
 
 
+def _levels_ok(value: Any) -> bool:
+    """An int in 1..7 or a non-empty list of them (data.difficulty, or one family's entry)."""
+    levels = [value] if isinstance(value, int) else list(value or []) if not isinstance(value, (str, Mapping)) else []
+    return bool(levels) and all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= 7 for d in levels)
+
+
 @dataclass
 class DataConfig:
     # toyworld (synthetic, CPU scale); real datasets come with the data loaders.
     source: str = "toyworld"
     family: str = "mixed"
-    # An int (1..7: 1 + d branches), or a list: each problem's difficulty drawn from it.
+    # An int (1..7: 1 + d branches), or a list: each problem's difficulty drawn from it; or either per
+    # family of the cycle ({subtask: 1, trial: 7}: short sums beside long searches).
     difficulty: Any = 1
     n_train: int = 2000
     n_test: int = 128
@@ -66,9 +74,10 @@ class DataConfig:
     def __post_init__(self) -> None:
         _check(self.n_train > 0, "data.n_train", "must be positive")
         _check(self.n_test > 0, "data.n_test", "must be positive")
-        levels = [self.difficulty] if isinstance(self.difficulty, int) else list(self.difficulty or [])
-        _check(bool(levels) and all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= 7 for d in levels),
-               "data.difficulty", f"must be an int in 1..7 or a non-empty list of them, got {self.difficulty!r}")
+        per_family = self.difficulty if isinstance(self.difficulty, Mapping) else {"": self.difficulty}
+        _check(bool(per_family) and all(_levels_ok(v) for v in per_family.values()), "data.difficulty",
+               f"must be an int in 1..7, a non-empty list of them, or one of those per family "
+               f"({{subtask: 1, trial: 7}}), got {self.difficulty!r}")
         for key in ("teacher_error", "teacher_no_answer", "teacher_serial", "teacher_verify", "teacher_midfork",
                     "rl_holdout"):
             p = getattr(self, key)

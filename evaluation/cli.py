@@ -86,6 +86,15 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from e
 
 
+def _difficulty(text: str):
+    from toyworld import as_difficulty
+
+    try:
+        return as_difficulty(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", default="parallel_r1", choices=("parallel_r1", "parason"))
     add_format_options(p)
@@ -129,7 +138,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--toy-n", type=int, default=128)
     c.add_argument("--toy-seed", type=int, default=0)
-    c.add_argument("--toy-difficulty", type=_ints, default=[1])
+    c.add_argument("--toy-difficulty", type=_difficulty, default=1,
+                   help="int, comma list (1,2,3) or per family (subtask:1,trial:6/7), as the run's data.difficulty")
     c.add_argument("--toy-family", default="mixed")
     c.add_argument("--toy-fewshot", type=int, default=0,
                    help="solved toy problems before each prompt, as the run's data.fewshot showed them")
@@ -189,7 +199,7 @@ def _checkpoint(args: argparse.Namespace) -> int:
     label = args.label or Path(args.path).name  # step_000030, not its model/
     args.path = str(model_dir(args.path))
     sources = dict(s.split("=", 1) for s in args.source)
-    diff = tuple(args.toy_difficulty) if len(args.toy_difficulty) > 1 else args.toy_difficulty[0]
+    diff = args.toy_difficulty
     problems = []
     for name in [b for b in args.benchmarks.split(",") if b]:
         toy = ({"n": args.toy_n, "seed": args.toy_seed, "difficulty": diff, "family": args.toy_family,

@@ -17,7 +17,7 @@ Each :class:`Problem` carries three traces of the same solution, all ending ``" 
 Look at the data: ``python -m toyworld sample --family mixed -n 5 --seed 0 --difficulty 1``.
 """
 
-from toyworld.generate import Difficulty, corpus, generate, iter_problems, make_splits
+from toyworld.generate import Difficulty, as_difficulty, corpus, difficulty_text, generate, iter_problems, make_splits
 from toyworld.problem import FAMILIES, MAX_DIFFICULTY, TRACE_KINDS, Part, Problem, Solution
 
 __all__ = [
@@ -28,7 +28,9 @@ __all__ = [
     "Part",
     "Problem",
     "Solution",
+    "as_difficulty",
     "corpus",
+    "difficulty_text",
     "generate",
     "iter_problems",
     "make_splits",

@@ -2,6 +2,7 @@
 
     python -m toyworld sample --family mixed -n 5 --seed 0 --difficulty 1
     python -m toyworld sample --family trial -n 3 --difficulty 1,2,3   # mixed difficulty
+    python -m toyworld sample --family mixed -n 4 --difficulty subtask:1,trial:7   # per family
     python -m toyworld stats --family all -n 400 --difficulty 1,3,5 --tokenizer runs/X/model_init
                                                                         # where a fork pays, in a model's tokens
 
@@ -18,18 +19,15 @@ import json
 import os
 import sys
 
-from toyworld.generate import iter_problems
-from toyworld.problem import FAMILY_CHOICES, MAX_DIFFICULTY
+from toyworld.generate import Difficulty, as_difficulty, iter_problems
+from toyworld.problem import FAMILY_CHOICES
 
 
-def _difficulty(text: str) -> int | tuple[int, ...]:
+def _difficulty(text: str) -> Difficulty:
     try:
-        levels = tuple(int(t) for t in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"difficulty must be an int or a comma list of ints, got {text!r}")
-    if not all(1 <= d <= MAX_DIFFICULTY for d in levels):
-        raise argparse.ArgumentTypeError(f"difficulty must be in 1..{MAX_DIFFICULTY}, got {text!r}")
-    return levels[0] if len(levels) == 1 else levels
+        return as_difficulty(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,13 +39,17 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--family", default="mixed", choices=FAMILY_CHOICES)
         p.add_argument("-n", type=int, default=n)
         p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--difficulty", type=_difficulty, default=1, help="int or comma list, e.g. 1,2,3")
+        p.add_argument("--difficulty", type=_difficulty, default=1, help="int, comma list (1,2,3) or per family (subtask:1,trial:6/7)")
     stats.add_argument("--tokenizer", default=None,
                        help="a Hugging Face tokenizer directory whose tokens to count (a tiny run's model_init/: "
                             "digits one token each); default: the format module's words")
     args = parser.parse_args(argv)
     if args.n < 0:
         parser.error("-n must be >= 0")
+    try:  # the levels against the family's cycle, before any output
+        next(iter_problems(args.family, 1, args.seed, args.difficulty))
+    except (TypeError, ValueError) as e:
+        parser.error(f"--difficulty: {e}")
     try:
         if args.cmd == "stats":
             _stats(args)

@@ -5,22 +5,24 @@ for derived streams, which Python hashes deterministically), so the same argumen
 same problems in every process.
 
 Mixed difficulty: wherever ``difficulty`` is accepted, a sequence of ints (``(1, 2, 3)``)
-draws each problem's difficulty uniformly from it.
+draws each problem's difficulty uniformly from it, and a mapping from each family of the cycle
+to an int or a sequence (``{"subtask": 1, "trial": 7}``) draws it per family: short problems
+beside long ones (`as_difficulty` reads every spelling a config or command line uses).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from formats import PARALLEL_R1, FormatSpec
 from toyworld.problem import FAMILIES, FAMILY_CHOICES, LONG_FAMILIES, MAX_DIFFICULTY, Problem
 from toyworld.tasks import check_difficulty, flawed, sample_mul, sample_search, sample_subtask, sample_trial
 from toyworld.teacher import render_all
 
-__all__ = ["Difficulty", "corpus", "generate", "make_splits"]
+__all__ = ["Difficulty", "as_difficulty", "corpus", "difficulty_text", "generate", "make_splits"]
 
-Difficulty = int | Sequence[int]
+Difficulty = int | Sequence[int] | Mapping[str, int | Sequence[int]]
 _SAMPLERS = {"subtask": sample_subtask, "trial": sample_trial, "mul": sample_mul, "search": sample_search}
 _CYCLES = {"mixed": FAMILIES, "all": FAMILIES + LONG_FAMILIES}
 # make_splits gives up after this many draws in a row that found nothing new: the problem
@@ -34,16 +36,62 @@ def _check_family(family: str) -> str:
     return family
 
 
-def _difficulties(difficulty: Difficulty) -> tuple[int, ...]:
+def _levels(difficulty: int | Sequence[int], where: str = "") -> tuple[int, ...]:
     if isinstance(difficulty, int):
         levels = (difficulty,)
     elif isinstance(difficulty, Sequence) and not isinstance(difficulty, str):
         levels = tuple(difficulty)
     else:
-        raise TypeError(f"difficulty must be an int or a sequence of ints, got {difficulty!r}")
+        raise TypeError(f"difficulty{where} must be an int or a sequence of ints, got {difficulty!r}")
     if not levels:
-        raise ValueError("difficulty sequence must not be empty")
+        raise ValueError(f"difficulty{where} sequence must not be empty")
     return tuple(check_difficulty(d) for d in levels)
+
+
+def _difficulties(difficulty: Difficulty, cycle: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """Each family of ``cycle`` -> the levels its problems draw from; a mapping must name exactly them."""
+    if not isinstance(difficulty, Mapping):
+        levels = _levels(difficulty)
+        return {fam: levels for fam in cycle}
+    if set(difficulty) != set(cycle):
+        raise ValueError(f"a difficulty per family must name each of {', '.join(cycle)} and no other; "
+                         f"got {', '.join(map(str, difficulty)) or 'none'}")
+    return {fam: _levels(difficulty[fam], f" of {fam}") for fam in cycle}
+
+
+def as_difficulty(value) -> Difficulty:
+    """A difficulty as a config or command line spells it -> `Difficulty`: an int, a list (Hydra's
+    ListConfig too), a mapping (DictConfig too), or text: ``"2"``, ``"1,2,3"``, ``"subtask:1,trial:6/7"``.
+
+    >>> as_difficulty("1,2"), as_difficulty("subtask:1,trial:6/7"), as_difficulty({"trial": [7]})
+    ((1, 2), {'subtask': 1, 'trial': (6, 7)}, {'trial': (7,)})
+    """
+    if isinstance(value, str):
+        if ":" in value:
+            pairs = [item.split(":", 1) for item in value.split(",")]
+            return {fam.strip(): as_difficulty(levels.replace("/", ",")) for fam, levels in pairs}
+        try:
+            levels = tuple(int(t) for t in value.split(","))
+        except ValueError:
+            raise ValueError(f"difficulty must be an int, a comma list of ints or family:levels pairs "
+                             f"(subtask:1,trial:6/7), got {value!r}") from None
+        return levels[0] if len(levels) == 1 else levels
+    if isinstance(value, Mapping):
+        return {str(fam): as_difficulty(v) for fam, v in value.items()}
+    if isinstance(value, Sequence):
+        return tuple(int(d) for d in value)
+    return value
+
+
+def difficulty_text(difficulty: Difficulty) -> str:
+    """The command-line spelling `as_difficulty` reads back.
+
+    >>> difficulty_text({"subtask": 1, "trial": (6, 7)}), difficulty_text((1, 2))
+    ('subtask:1,trial:6/7', '1,2')
+    """
+    if isinstance(difficulty, Mapping):
+        return ",".join(f"{fam}:{difficulty_text(v).replace(',', '/')}" for fam, v in difficulty.items())
+    return str(difficulty) if isinstance(difficulty, int) else ",".join(map(str, difficulty))
 
 
 def _stream(
@@ -70,16 +118,16 @@ def _stream(
     _check_error(teacher_no_answer, "teacher_no_answer")
     _check_error(teacher_serial, "teacher_serial")
     _check_shapes(teacher_verify, teacher_midfork)
-    levels = _difficulties(difficulty)
+    cycle = _CYCLES.get(family, (family,))
+    levels = _difficulties(difficulty, cycle)
     slips = random.Random(f"{tag}/teacher_error")
     drops = random.Random(f"{tag}/teacher_no_answer")
     serials = random.Random(f"{tag}/teacher_serial")
     shapes = random.Random(f"{tag}/teacher_shape")
     i = 0
     while True:
-        cycle = _CYCLES.get(family, (family,))
         fam = cycle[i % len(cycle)]
-        d = levels[0] if len(levels) == 1 else rng.choice(levels)
+        d = levels[fam][0] if len(levels[fam]) == 1 else rng.choice(levels[fam])
         prompt, sol = _SAMPLERS[fam](rng, d)
         slip = teacher_error > 0 and slips.random() < teacher_error
         drop = teacher_no_answer > 0 and drops.random() < teacher_no_answer

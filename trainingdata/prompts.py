@@ -81,9 +81,8 @@ def toy_shots(question: str, k: int, family: str = "mixed", difficulty=1) -> lis
     held-out evaluation, `python -m evaluation checkpoint`)."""
     import toyworld
 
-    if isinstance(difficulty, (list, tuple)):
-        difficulty = tuple(difficulty)
-    out = [(p.prompt, p.traces["serial"]) for p in toyworld.iter_problems(family, 2 * k + 2, FEWSHOT_SEED, difficulty)]
+    draw = toyworld.iter_problems(family, 2 * k + 2, FEWSHOT_SEED, toyworld.as_difficulty(difficulty))
+    out = [(p.prompt, p.traces["serial"]) for p in draw]
     return [shot for shot in out if shot[0] != question][:k]
 
 

@@ -19,10 +19,10 @@ def load_problems(cfg: DataConfig) -> tuple[list, list]:
     if cfg.source == "toyworld":
         import toyworld
 
-        levels = cfg.difficulty if isinstance(cfg.difficulty, int) else tuple(int(d) for d in cfg.difficulty)
         from dataclasses import replace
 
-        return toyworld.make_splits(cfg.n_train, cfg.n_test, cfg.seed, levels, family=cfg.family,
+        return toyworld.make_splits(cfg.n_train, cfg.n_test, cfg.seed, toyworld.as_difficulty(cfg.difficulty),
+                                    family=cfg.family,
                                     teacher_error=cfg.teacher_error, teacher_no_answer=cfg.teacher_no_answer,
                                     teacher_serial=cfg.teacher_serial, r1_spec=replace(cfg.spec, name="parallel_r1"),
                                     teacher_verify=cfg.teacher_verify, teacher_midfork=cfg.teacher_midfork)

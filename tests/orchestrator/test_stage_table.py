@@ -8,10 +8,10 @@ from orchestrator import stage_table
 from orchestrator.stage_table import format_table, in_table
 
 ROWS = [
-    {"stage": "init", "eval/acc": 0, "eval/pass@8": 0.0, "eval/parallel/ratio": 0.22, "eval/acc@16": 0.0,
+    {"stage": "init", "eval/acc": 0, "eval/pass@8": 0.0, "eval/parallel/ratio": 0.22, "eval/acc@32": 0.0,
      "eval/parallel/valid_parallel": 0.0},
     {"stage": "sft", "eval/acc": 0.5537, "eval/pass@8": 0.8828, "eval/parallel/ratio": 1,
-     "eval/parallel/first_pos": 7e-05, "eval/parallel/acc_serial": None, "eval/acc@16": 0.55},
+     "eval/parallel/first_pos": 7e-05, "eval/parallel/acc_serial": None, "eval/acc@32": 0.55},
 ]
 
 
@@ -29,7 +29,7 @@ def test_columns_in_reading_order_aligned_with_missing_cells_dashed():
 
 def test_no_rows_and_the_summary_filter():
     assert format_table([]) == "(no evaluation)"
-    assert in_table("eval/parallel/ratio") and in_table("eval/acc@16")
+    assert in_table("eval/parallel/ratio") and in_table("eval/acc@32")
     assert not in_table("eval/heldout/mean@8") and not in_table("eval/overall/pass@8")
 
 

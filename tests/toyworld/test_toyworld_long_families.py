@@ -121,3 +121,32 @@ def test_stats_cli_prints_a_row_per_stratum_and_a_json_line(tmp_path):
 def test_unknown_family_names_the_choices():
     with pytest.raises(ValueError, match="valid families: subtask, trial, mul, search, mixed, all"):
         toyworld.generate("long", 1, seed=0)
+
+
+def test_a_difficulty_per_family_draws_each_familys_levels_and_names_what_is_missing():
+    per_family = toyworld.as_difficulty("subtask:1,trial:6/7")
+    assert per_family == {"subtask": 1, "trial": (6, 7)}
+    assert toyworld.as_difficulty(toyworld.difficulty_text(per_family)) == per_family
+    train, test = toyworld.make_splits(200, 40, seed=3, difficulty=per_family, family="mixed")
+    levels = {fam: {p.difficulty for p in train + test if p.family == fam} for fam in ("subtask", "trial")}
+    assert levels == {"subtask": {1}, "trial": {6, 7}}
+    # a single level per family draws nothing extra: the subtask problems are the plain difficulty-1 ones
+    plain = [p.prompt for p in toyworld.generate("mixed", 10, seed=0) if p.family == "subtask"]
+    mapped = [p.prompt for p in toyworld.generate("mixed", 10, seed=0, difficulty={"subtask": 1, "trial": 1})
+              if p.family == "subtask"]
+    assert mapped == plain
+    with pytest.raises(ValueError, match="must name each of subtask, trial and no other; got subtask"):
+        toyworld.generate("mixed", 1, seed=0, difficulty={"subtask": 1})
+    with pytest.raises(ValueError, match="must be in 1..7, got 9"):
+        toyworld.generate("mixed", 1, seed=0, difficulty={"subtask": 1, "trial": 9})
+
+
+def test_the_run_config_takes_a_difficulty_per_family():
+    from contract.data import DataConfig
+    from contract.errors import ConfigError
+
+    DataConfig(difficulty={"subtask": 1, "trial": [6, 7]})
+    with pytest.raises(ConfigError, match="data.difficulty"):
+        DataConfig(difficulty={"subtask": 1, "trial": 0})
+    with pytest.raises(ConfigError, match="data.difficulty"):
+        DataConfig(difficulty={})

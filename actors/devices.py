@@ -4,6 +4,8 @@
   puts into its CUDA_VISIBLE_DEVICES) and whether torch sees CUDA there;
 * `native_bf16`: whether a device computes bf16 matmuls natively; elsewhere bf16 is emulated and slower
   than fp32 (an AVX2-only CPU ran one SmolLM2 forward+backward 24x slower under bf16 autocast);
+* `release_cached_memory`: hand this process's cached, unused CUDA blocks back to the device, so that a
+  colocated engine waking on the same GPU finds them free (a no-op on CPU);
 * `engine_dtype`: the rollout engine's weight dtype for `rollout.dtype` (null: `model.dtype`; auto: bf16
   where native, `model.dtype` elsewhere). The learner keeps its own fp32 master weights either way.
 """
@@ -48,3 +50,21 @@ def engine_dtype(setting: str | None, model_dtype: str, device: str, cpu_flags: 
     if setting == "auto":
         return "bfloat16" if native_bf16(device, cpu_flags) else model_dtype
     return setting
+
+
+def release_cached_memory() -> dict[str, float]:
+    """Give this process's cached CUDA memory back to the device: what torch's allocator holds but no tensor
+    uses (freed activations, the weight sync's gathered buckets). Until then the device counts it as taken,
+    and a colocated vLLM engine waking on the same GPU finds less than it slept with (verl empties the cache
+    before it resumes an engine's "weights" and again before its "kv_cache"). Garbage is collected first, so
+    tensors only a reference cycle kept are freed too. Returns the bytes reserved before and after (0 on CPU,
+    where there is nothing to release)."""
+    import gc
+
+    gc.collect()
+    if not torch.cuda.is_available():
+        return {"reserved_before": 0.0, "reserved_after": 0.0}
+    torch.cuda.synchronize()  # kernels still running hold their blocks
+    before = torch.cuda.memory_reserved()
+    torch.cuda.empty_cache()
+    return {"reserved_before": float(before), "reserved_after": float(torch.cuda.memory_reserved())}

@@ -120,8 +120,11 @@ class LearnerWorker:
 
     def __init__(self, cfg: LearnerConfig, model_path: str, dtype: str, rank: int, world_size: int,
                  init_method: str, master_port: int, seed: int = 0, model_files: dict | None = None):
+        import time
+
         from weightsync.group import loopback_only
 
+        started = time.time()
         # init_method: file:// when every rank is on one node (no store socket; gloo on loopback),
         # tcp://ip:port across nodes. MASTER_* also name DeepSpeed's shared-memory segments.
         local = loopback_only(init_method)
@@ -184,6 +187,8 @@ class LearnerWorker:
             if model.get_output_embeddings() is not None:
                 mats.append(model.get_output_embeddings().weight)
             self.tag_rows = RowLR(mats, tag_ids(model_path), cfg.sft_tag_lr_mult)
+        # when this constructor began and returned, the model on its device (wall clock): the start-up order
+        self.constructed = (started, time.time())
 
     # ---- scoring ----------------------------------------------------------------
     def _autocast(self):
@@ -434,6 +439,12 @@ class LearnerWorker:
         from actors.devices import seen
 
         return seen()
+
+    def release_memory(self) -> dict[str, float]:
+        """This rank's cached CUDA memory back to its GPU, before a colocated engine wakes there."""
+        from actors.devices import release_cached_memory
+
+        return release_cached_memory()
 
     def pid(self) -> int:
         return os.getpid()

@@ -19,8 +19,11 @@ class RolloutWorker:
 
     def __init__(self, cfg: RolloutConfig, model_path: str, dtype: str = "float32", fmt: str = "parallel_r1",
                  model_files: dict | None = None):
+        import time
+
         import torch
 
+        started = time.time()
         if model_files is not None:  # no shared filesystem: this node's copy of the model (actors/files.py)
             from actors.files import local_model
 
@@ -64,6 +67,8 @@ class RolloutWorker:
             from formats import ebnf
 
             self.grammar = ebnf(fmt)
+        # when this constructor began and returned (wall clock): the start-up order (orchestrator/setup.py)
+        self.constructed = (started, time.time())
 
     def generate(self, prompts: list[Prompt], n: int, seed: int, greedy: bool = False,
                  max_new_tokens: int | None = None, version: int | None = None) -> list[Trajectory]:

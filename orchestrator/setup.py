@@ -170,7 +170,8 @@ def bundle_specs(cfg: ParallaxConfig) -> list[BundleSpec]:
 
 
 def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
-    """Reserve one placement group and create the rollout, reward and learner actors on it."""
+    """Reserve one placement group and create the rollout, reward and learner actors on it; colocated
+    engines (`rollout.colocate`) only once every learner is ready on the GPU they share."""
     from actors.learner import LearnerWorker
     from actors.reward_worker import RewardWorker
     from actors.rollout import RolloutWorker
@@ -201,6 +202,14 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
                        "world_size": lcfg.num_actors, "init_method": init_method, "master_port": port,
                        "seed": cfg.trainer.seed, **files},
         prefix)
+    timeout = cfg.cluster.start_timeout_s
+    learner_hint = (f"model load, DeepSpeed init; a torch extension build lock left by a killed run waits up to "
+                    f"300 s before it is cleared ({extensions_dir()}/*/*/lock)")
+    if r.colocate:
+        # the learners hold their share of each GPU before an engine is built there: vLLM sizes its KV cache
+        # from the memory it finds free while it profiles, and DeepSpeed moving a model onto the same GPU
+        # meanwhile makes that a moving figure (or fails vLLM's profiling check)
+        learner.wait_ready(timeout, learner_hint)
     rollout = RolloutGroup(
         "rollout", RolloutWorker, r.num_actors, pg, off["rollout"], r.num_cpus, r.num_gpus * share,
         lambda i: {"cfg": r, "model_path": model_path, "dtype": cfg.model.dtype,
@@ -210,9 +219,7 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
         lambda i: {"reward": w.name, "params": dict(w.params), "workers": 1, "timeout_s": w.timeout_s}, prefix,
         max_restarts=cfg.cluster.max_restarts)
     # every constructor returned, or an error naming the actor: the first call never waits on a dead one
-    timeout = cfg.cluster.start_timeout_s
     rollout.wait_ready(timeout, "model load and engine start-up (vLLM: KV cache allocation, warm-up)")
     reward.wait_ready(timeout)
-    learner.wait_ready(timeout, f"model load, DeepSpeed init; a torch extension build lock left by a killed run "
-                       f"waits up to 300 s before it is cleared ({extensions_dir()}/*/*/lock)")
+    learner.wait_ready(timeout, learner_hint)
     return Groups(rollout, reward, learner, sync, pg, files.get("model_files"))

@@ -45,6 +45,9 @@ class EngineWeights:
         self.lost: set[int] = set()  # restarted rollout actors the next push must bring back
         # colocated engines (`rollout.colocate`): the level they sleep at through every update; 0: never
         self.sleep_level, self.asleep = sleep_level, False
+        # the phases of the last wake (colocated engines), in the order they ran: a failed one ends where it
+        # stopped; tests read the order (learner memory released before each wake)
+        self.wake_trace: list[str] = []
 
     def push(self) -> dict[str, float]:
         """The learners' weights to every engine, as the next policy version; the sync's figures."""
@@ -66,6 +69,13 @@ class EngineWeights:
         self.asleep = True
         return {"timing/sleep": time.perf_counter() - t}
 
+    def _release_learner_memory(self) -> float:
+        """Every learner rank's cached CUDA memory back to its GPU (`actors.devices.release_cached_memory`),
+        before a colocated engine takes more of it; the bytes released, summed over the ranks."""
+        got = _wait({"learner": self.learners.async_call("release_memory")}, self.start_timeout_s, "release memory")
+        self.wake_trace.append("release_memory")
+        return sum(r["reserved_before"] - r["reserved_after"] for r in got["learner"])
+
     def _all_rollouts(self, method: str, *args) -> None:
         refs = {f"rollout_{i}": [getattr(a, method).remote(*args)] for i, a in enumerate(self.rollouts.actors)}
         _wait(refs, self.start_timeout_s, method)
@@ -86,13 +96,20 @@ class EngineWeights:
                 if not self.asleep:
                     return self.sync.push(self.learners, self.rollouts, self.version)
                 # asleep: memory for the weights, the weights, then the KV cache (the order verl keeps: the
-                # sync's buffers and the KV cache are never held at once); a restarted actor is awake already
-                t = time.perf_counter()
+                # sync's buffers and the KV cache are never held at once), each wake after the learners gave
+                # their cached CUDA memory back to the GPU it shares; a restarted actor is awake already
+                t, self.wake_trace = time.perf_counter(), []
+                released = self._release_learner_memory()
                 self._all_rollouts("wake_up", ["weights"])
+                self.wake_trace.append("wake_up:weights")
                 figures = self.sync.push(self.learners, self.rollouts, self.version)
+                self.wake_trace.append("push")
+                released += self._release_learner_memory()  # the sync's gathered buckets
                 self._all_rollouts("wake_up", ["kv_cache"])
+                self.wake_trace.append("wake_up:kv_cache")
                 self.asleep = False
-                return {**figures, "timing/wake_and_sync": time.perf_counter() - t}
+                return {**figures, "timing/wake_and_sync": time.perf_counter() - t,
+                        "memory/learner_cache_released_gib": released / 2**30}
             except ActorLost as e:
                 if e.role != "rollout" or attempt == self.max_restarts:
                     raise

@@ -46,6 +46,8 @@ for name, (nl, lg, nr, rg, backend, colocate) in cases.items():
     g = build_groups(cfg, model, name)
     seen = {f"{grp.role}_{i}": ray.get(a.devices.remote()) for grp in (g.rollout, g.learner)
             for i, a in enumerate(grp.actors)}
+    built = {f"{grp.role}_{i}": ray.get(a.__ray_call__.remote(lambda w: w.constructed))
+             for grp in (g.rollout, g.learner) for i, a in enumerate(grp.actors)}
     weights = EngineWeights(g.sync, g.learner, g.rollout, 0, 60, sleep_level=2 if colocate else 0)
     slept = weights.sleep()  # colocated: the engines drop their weights (level 2); the push wakes and refills them
     figures = weights.push()
@@ -54,7 +56,8 @@ for name, (nl, lg, nr, rg, backend, colocate) in cases.items():
     out[name] = {"seen": seen, "backend": g.sync.backend, "fallback": g.sync.fallback is not None,
                  "bytes": figures["sync/bytes"],
                  "equal": all(torch.equal(e[k], v) for e in engines for k, v in learner.items()),
-                 "slept": sorted(slept), "woke": "timing/wake_and_sync" in figures,
+                 "slept": sorted(slept), "woke": "timing/wake_and_sync" in figures, "built": built,
+                 "trace": weights.wake_trace, "released": figures.get("memory/learner_cache_released_gib"),
                  "bundles": len(ray.util.placement_group_table(g.placement_group)["bundles"])}
     g.shutdown()
 print("PROBE " + json.dumps(out))
@@ -121,3 +124,22 @@ def test_shared_devices_names_each_gpu_given_to_two_members():
                "rollout_1": {"node": "cd" * 28, "gpus": ["0"]}}  # GPU 0 of another node: not shared
     assert shared_devices(members) == {f"{node[:8]}:0": ["learner_0", "rollout_0"]}
     assert shared_devices({"learner_0": {"node": node, "gpus": []}, "rollout_0": {"node": node, "gpus": []}}) == {}
+
+
+def test_colocated_engines_start_once_their_learners_hold_the_gpu(placed):
+    """Issue 50, item 4: DeepSpeed moving a learner onto the GPU while vLLM profiles its memory there gives
+    vLLM a moving figure. Every colocated engine's constructor begins after every learner's returned."""
+    built = placed["colocate"]["built"]
+    ready = max(end for name, (_, end) in built.items() if name.startswith("learner"))
+    starts = [start for name, (start, _) in built.items() if name.startswith("rollout")]
+    assert len(starts) == 2 and min(starts) >= ready, built
+
+
+def test_the_learners_release_their_cached_memory_before_each_wake(placed):
+    """Issue 50, item 3, in verl's order: the learners' cached CUDA memory goes back to the GPU before the
+    engines wake their weights, and again (the sync's gathered buckets) before their KV cache. On CPU
+    there is nothing cached to release (0 GiB); the order is the driver's, every step awaited."""
+    case = placed["colocate"]
+    assert case["trace"] == ["release_memory", "wake_up:weights", "push", "release_memory", "wake_up:kv_cache"]
+    assert case["released"] == 0.0
+    assert placed["separate"]["trace"] == [] and placed["separate"]["released"] is None  # never asleep

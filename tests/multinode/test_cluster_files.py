@@ -139,7 +139,7 @@ def _ray_cluster(tmp_path):
     for name, t in types.items():
         if name != config["head_node_type"]:
             nodes += [(t["resources"]["CPU"], t["resources"].get("GPU", 0))] * t["min_workers"]
-    return shlex.split(run)[-1], nodes, False  # the command inside `ray exec CLUSTER '...'`; no shared fs
+    return run.split(" -- ", 1)[1], nodes, False  # the job's entrypoint, after `ray job submit ... --`; no shared fs
 
 
 def _rayjob(tmp_path):

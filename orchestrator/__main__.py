@@ -14,6 +14,10 @@ Launch:
     python -m orchestrator +experiment=smoke                 # a few steps, for a first look
     python -m orchestrator learner.num_actors=2 learner.zero_stage=2
     python -m orchestrator cluster.address=auto              # attach to a running Ray cluster
+
+Exit codes: 0 done; 1 the run failed (a lost actor past its restarts); 2 a setup error or a full disk,
+said without a traceback; 75 (orchestrator/stops.py) stopped by SIGTERM or SIGUSR1 after saving its
+last finished step: `resume=auto` continues it.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as e:
         print(f"parallax: config error: {e}", file=sys.stderr)
         sys.exit(2)
+    from orchestrator.stops import EXIT_PREEMPTED, OutOfSpace, Preempted
     from orchestrator.trainer import RunStopped, SetupError, run
 
     try:
@@ -43,6 +48,12 @@ def main(cfg: DictConfig) -> None:
     except SetupError as e:  # a model, dataset, field or file that is not there: nothing started
         print(f"parallax: setup error: {e}", file=sys.stderr)
         sys.exit(2)
+    except OutOfSpace as e:  # a checkpoint did not fit: the disk is the user's to fix, like a setup error
+        print(f"parallax: disk full: {e}", file=sys.stderr)
+        sys.exit(2)
+    except Preempted as e:  # SIGTERM / SIGUSR1: saved, and resumable (cluster/slurm.sh requeues on this code)
+        print(f"parallax: stopped by {e}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_PREEMPTED)
     except RunStopped as e:  # a lost actor past every restart, a vanished checkpoint: said in one paragraph
         print(f"parallax: run stopped: {e}", file=sys.stderr)
         sys.exit(1)

@@ -238,6 +238,43 @@ def config_hash(cfg: Any) -> str:
     return hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()[:16]
 
 
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+ADAM_BYTES = 12  # per trained parameter: DeepSpeed's fp32 master copy and Adam's two moments
+
+
+def count_parameters(model_dir: Path) -> int | None:
+    """Parameters in a local HF model directory, from its safetensors headers (None: no such files)."""
+    total, found = 0, False
+    for f in sorted(model_dir.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+        for name, t in header.items():
+            if name != "__metadata__":
+                n = 1
+                for d in t["shape"]:
+                    n *= d
+                total, found = total + n, True
+    return total if found else None
+
+
+def checkpoint_bytes(params: int, dtype: str, lora: bool) -> int:
+    """One checkpoint's size: the model twice in its compute dtype (`model/`, and DeepSpeed's module
+    states) and, under full fine-tuning, Adam's state (`ADAM_BYTES` a parameter; LoRA's is negligible).
+    The tiny model, 830k parameters in float32: 16.6 MB estimated, 16.6 MB written."""
+    return params * (2 * _DTYPE_BYTES.get(dtype, 4) + (0 if lora else ADAM_BYTES))
+
+
+def planned_saves(stage_steps: list[int], start: int, save_every: int) -> int:
+    """Checkpoints a run writes after step `start`: at each stage's end and every `save_every` steps
+    (`save_every_min` adds more, by the clock)."""
+    ends, total = set(), 0
+    for steps in stage_steps:
+        total += steps
+        ends.add(total)
+    every = set(range(save_every, total + 1, save_every)) if save_every else set()
+    return len({s for s in ends | every if s > start})
+
+
 class RunCheckpoints:
     """One run's checkpoints: where (`trainer.checkpoint_dir`: the run dir, a local path, or a URI the
     local copies are mirrored to), when (every `save_every` steps, every `save_every_min` minutes, and at
@@ -279,6 +316,33 @@ class RunCheckpoints:
                              f"{step}; with =save it writes a new one at once.")
         print(f"warning: {what}; saving step {step} now (trainer.lost_checkpoint=save)", flush=True)
         return True
+
+    def space_warning(self, model_path: str, cfg: Any, curriculum: Any, resumed: Path | None) -> str | None:
+        """Whether the disk the checkpoints go to can hold what this run will keep there (said before Ray
+        starts): the checkpoints' size from the model's parameters, its dtype and the optimizer
+        (`checkpoint_bytes`), times how many are on disk at once (`keep_checkpoints` + 1 while the
+        newest is written; all of them with 0), less those already there. None: it fits, or unknown."""
+        params = count_parameters(Path(model_path)) if Path(model_path).is_dir() else None
+        if params is None:
+            return None
+        per = checkpoint_bytes(params, cfg.model.dtype, cfg.learner.lora.r > 0)
+        start = read_state(resumed).get("global_step", 0) if resumed else 0
+        future = planned_saves([s.steps for s in curriculum.stages], start, self.tcfg.save_every)
+        keep = self.tcfg.keep_checkpoints
+        there = len(_step_dirs(self.root)) if self.root.is_dir() else 0
+        new = future if not keep else max(0, min(keep + 1, there + future) - there)
+        need, free = new * per, shutil.disk_usage(self.root).free
+        if need <= free:
+            return None
+        mib = 2**20
+        kept = (f"trainer.keep_checkpoints={keep}: {min(keep + 1, there + future)} on disk at once"
+                if keep else f"trainer.keep_checkpoints=0 keeps all {future} still to come"
+                + (", and more every trainer.save_every_min" if self.tcfg.save_every_min else ""))
+        return (f"{self.root} has {free / mib:.0f} MiB free, and this run's checkpoints need about "
+                f"{need / mib:.0f} MiB there ({kept}; {new} new of ~{per / mib:.0f} MiB each: {params:,} "
+                f"parameters in {cfg.model.dtype}{'' if cfg.learner.lora.r else ' with Adam state'}). "
+                "A save that does not fit stops the run, its previous checkpoint intact. Free space, lower "
+                "trainer.keep_checkpoints, or point trainer.checkpoint_dir at a larger disk.")
 
     def read(self, ckpt: Path, config_hash: str) -> dict[str, Any]:
         """The trainer state a checkpoint holds; a config that changed since it was written is said."""

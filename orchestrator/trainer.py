@@ -7,6 +7,7 @@ prompts -> generate (rollout actors) -> score (reward actors) -> advantages (ver
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -22,13 +23,28 @@ from contract.config import ParallaxConfig
 from contract.seeds import DYNAMIC_ROUND, step_seed, substream
 from curricula import Stage
 from orchestrator import dynamic, generation
-from orchestrator.checkpoint import RunCheckpoints, config_hash, plain_config, truncate_metrics
+from orchestrator.checkpoint import (
+    CheckpointError,
+    RunCheckpoints,
+    config_hash,
+    plain_config,
+    truncate_metrics,
+    verify_checkpoint,
+)
 from orchestrator.heldout import evaluate
 from orchestrator.logger import Logger, Timer
 from orchestrator.prepare import batch_size, learning_rate, prepare
 from orchestrator.setup import Groups, build_groups, pipeline_threads_warning, start_cluster
 from orchestrator.stage_table import format_table, in_table
-from orchestrator.stops import RunStopped, lost_actor_paragraph
+from orchestrator.stops import (
+    OutOfSpace,
+    Preempted,
+    RunStopped,
+    StopSignals,
+    grace_s,
+    lost_actor_paragraph,
+    resume_command,
+)
 from orchestrator.structure import sample_stats
 from rewards.registry import stage_spec
 from weightsync.driver import EngineWeights
@@ -39,8 +55,9 @@ class SetupError(Exception):
 
 
 class Trainer:
-    def __init__(self, cfg: ParallaxConfig):
+    def __init__(self, cfg: ParallaxConfig, stops: StopSignals | None = None):
         self.cfg = cfg
+        self.stops = stops or StopSignals(grace_s())  # SIGTERM / SIGUSR1: save after the step in flight, exit
         self.started_at = time.time()  # wall clock (summary.json): a sweep's jobs overlap or not
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -52,7 +69,12 @@ class Trainer:
             raise SetupError(str(e)) from e
         self.model_path, self.tokenizer, self.fmt, self.curriculum = p.model_path, p.tokenizer, p.fmt, p.curriculum
         self.layout, self.data, self.eval_prompts = p.layout, p.data, p.eval_prompts
+        self.newest = ckpt  # the newest checkpoint of this run on disk (resumed from, or saved since)
+        if warning := self.ckpts.space_warning(self.model_path, cfg, p.curriculum, ckpt):
+            print(f"warning: {warning}", flush=True)
         start_cluster(cfg.cluster)
+        self.stops.overdue = self._said_on_overdue
+        self.stops.install()  # after ray.init, whose own SIGTERM handler exits at once
         if warning := pipeline_threads_warning(cfg, os.cpu_count() or 1):
             print(f"warning: {warning}", flush=True)
         self.groups: Groups = build_groups(cfg, self.model_path, self.run_dir.name)
@@ -83,6 +105,8 @@ class Trainer:
             self.stage_table.append({"stage": "init", **{k: v for k, v in self.evaluate().items()
                                                          if in_table(k)}})
         while not self.curriculum.done:
+            if self.stops.requested:  # SIGTERM / SIGUSR1 (a scheduler preempts the job): between steps
+                self.stop_here()
             stage, step = self.curriculum.stage, self.curriculum.global_step
             metrics = self.sft_step(stage) if stage.kind == "sft" else self.rl_step(stage, step)
             metrics.update(self.curriculum.metrics())
@@ -228,7 +252,28 @@ class Trainer:
         state = {"curriculum": self.curriculum.state_dict(), "wandb_run_id": self.logger.run_id,
                  "global_step": self.curriculum.global_step, "consumed": consumed,
                  "stage_table": self.stage_table}
-        return self.ckpts.save(self.curriculum.global_step, write, state, config_hash(self.cfg))
+        self.newest = self.ckpts.save(self.curriculum.global_step, write, state, config_hash(self.cfg))
+        return self.newest
+
+    def stop_here(self) -> None:
+        """A stop signal arrived (orchestrator/stops.py): save the last finished step unless it is saved,
+        verify it, and end the run with the command that continues it (`Preempted`)."""
+        step = self.curriculum.global_step
+        if step and (self.newest is None or self.newest.name != f"step_{step:06d}"):
+            verify_checkpoint(self.save())
+            saved = f"checkpoint {self.newest} written and verified"
+        else:
+            saved = f"checkpoint {self.newest} already held them" if step else "nothing to save"
+        self.stops.saved = True  # only the exit is left (Ray's processes stop with it)
+        raise Preempted(f"{self.stops.requested}, {step} steps done: {saved}, {self.stops.elapsed():.1f} s after "
+                        f"the signal. To continue: {resume_command(str(self.run_dir))}")
+
+    def _said_on_overdue(self) -> str:
+        """What a driver that runs out of grace leaves behind (orchestrator/stops.py's watchdog)."""
+        if self.newest is None:
+            return "No checkpoint was written; resume=auto starts this run over."
+        return (f"Its newest checkpoint is {self.newest}; steps after it are trained again. To continue: "
+                f"{resume_command(str(self.run_dir))}")
 
     def _restore(self, ckpt: Path) -> dict[str, Any]:
         """Continue from a checkpoint: weights, optimizer, curriculum, data position, W&B run.
@@ -272,22 +317,50 @@ def run(cfg: ParallaxConfig) -> dict[str, Any]:
     FailureConfig. Without, the error names the actor."""
     t0 = time.perf_counter()
     failures = 0
-    while True:
-        trainer = Trainer(cfg)
-        try:
-            summary = trainer.fit()
-            break
-        except ActorLost as e:
-            trainer.abort()
-            if failures >= cfg.trainer.max_failures:
-                raise RunStopped(lost_actor_paragraph(e, cfg, failures, trainer.ckpts.where)) from None
-            failures += 1
-            print(f"{e}; restarting from the newest verified checkpoint "
-                  f"(failure {failures} of trainer.max_failures={cfg.trainer.max_failures})", flush=True)
-            cfg = replace(cfg, resume="auto")
+    stops = StopSignals(grace_s())
+    try:
+        while True:
+            trainer = Trainer(cfg, stops)
+            try:
+                summary = trainer.fit()
+                break
+            except (ActorLost, Preempted, OSError) as e:
+                trainer.abort()  # free the actors, close the logs; the checkpoints stay
+                if isinstance(e, Preempted):
+                    raise
+                if isinstance(e, OSError):
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    raise OutOfSpace(out_of_space_paragraph(e, trainer)) from None
+                if failures >= cfg.trainer.max_failures:
+                    raise RunStopped(lost_actor_paragraph(e, cfg, failures, trainer.ckpts.where)) from None
+                failures += 1
+                print(f"{e}; restarting from the newest verified checkpoint "
+                      f"(failure {failures} of trainer.max_failures={cfg.trainer.max_failures})", flush=True)
+                cfg = replace(cfg, resume="auto")
+        stops.cancel()  # finished (a signal during the last step: nothing left to stop)
+    finally:
+        stops.restore()
     summary["failures"] = failures
     summary["wall_time_s"] = time.perf_counter() - t0
     print(f"run dir: {cfg.run_dir}  ({summary['wall_time_s']:.0f}s)")
     return summary
 
 
+def out_of_space_paragraph(e: OSError, trainer: Trainer) -> str:
+    """A checkpoint that did not fit: which one stays (verified, and `latest` names it) and how to go on."""
+    newest = trainer.newest
+    if newest is None:
+        stays = "No earlier checkpoint of this run exists; resume=auto starts it over."
+    else:
+        try:
+            verify_checkpoint(newest)
+            stays = f"The newest earlier checkpoint, {newest}, verifies"
+        except CheckpointError as bad:
+            stays = f"The newest earlier checkpoint, {newest}, does not verify ({bad})"
+        marker = newest.parent / "latest"
+        named = marker.is_file() and marker.read_text().strip() == newest.name
+        stays += f", and {marker} names it." if named else "."
+    what = f"{e.strerror} ({e.filename})" if e.filename else e.strerror
+    return (f"{what}. {stays} Free space there, or lower trainer.keep_checkpoints, or point "
+            f"trainer.checkpoint_dir at a larger disk, then continue: {resume_command(str(trainer.run_dir))}")

@@ -20,11 +20,13 @@ import torch
 
 def seen() -> dict:
     """This actor's devices: {"node": Ray node id, "gpus": the GPU ids Ray assigned it (str), "visible":
-    its CUDA_VISIBLE_DEVICES, "cuda": whether torch sees a CUDA device}."""
+    its CUDA_VISIBLE_DEVICES, "cuda": whether torch sees a CUDA device, "nccl_cumem": its NCCL_CUMEM_ENABLE
+    (None: unset), which every member of an NCCL group must agree on (`actors.group.ACTOR_ENV`)}."""
     import ray
 
     return {"node": ray.get_runtime_context().get_node_id(), "gpus": [str(g) for g in ray.get_gpu_ids()],
-            "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "cuda": torch.cuda.is_available()}
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "cuda": torch.cuda.is_available(),
+            "nccl_cumem": os.environ.get("NCCL_CUMEM_ENABLE")}
 
 
 def native_bf16(device: str, cpu_flags: str | None = None) -> bool:

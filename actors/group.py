@@ -49,6 +49,13 @@ def reserve(bundles: list[BundleSpec], strategy: str, name: str,
     return pg, offsets
 
 
+# Environment every actor of the run starts with, on top of the job's (Ray merges env_vars). NCCL's cuMem
+# allocator off: the weight sync's NCCL group joins learner rank 0 to the engines' workers, and both ends must
+# agree on it (OpenRLHF and SkyRL set 0 on both sides after hangs between peers that did not); vLLM 0.30 no
+# longer sets it, so each side would otherwise take NCCL's default of its own build.
+ACTOR_ENV = {"NCCL_CUMEM_ENABLE": "0"}
+
+
 class ActorGroup:
     """N actors of one worker class, actor i on bundle offset + i, named `<prefix>/<role>_<i>`.
 
@@ -66,6 +73,7 @@ class ActorGroup:
                 num_cpus=num_cpus,
                 num_gpus=num_gpus,
                 max_restarts=max_restarts,
+                runtime_env={"env_vars": ACTOR_ENV},
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=offset + i),
             ).remote(**kwargs_for_rank(i))
             for i in range(count)

@@ -4,12 +4,25 @@
 # (cluster.shared_fs=true). With no arguments, the paper experiment:
 #   sbatch cluster/slurm.sh                      # +experiment=paper/parallel_r1_seen
 #   sbatch cluster/slurm.sh +experiment=paper/parallel_r1_unseen_s2
+#
+# Preemption and the time limit (docs/operations.md, "What clusters do to a run"): Slurm sends this script
+# SIGUSR1 300 s before the job's end (--signal=B:USR1@300); the script passes it to the driver, which
+# finishes the step in flight, writes and verifies a checkpoint and exits 75 within its grace period
+# (PARALLAX_GRACE_S, 60 s by default: keep it under the 300 s). On 75 the job requeues itself and its next
+# start continues the run (resume=auto, the run directory named by the job id, which a requeue keeps).
+# A preemption by a higher-priority job sends SIGTERM to every process of the job at once, Ray's own
+# included: the script passes it on too, but nothing can be saved then and the run continues from its
+# newest periodic checkpoint (trainer.save_every_min, 10 minutes by default). Give the partition a
+# GraceTime of at least PARALLAX_GRACE_S.
 #SBATCH --job-name=parallax
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node=8
 #SBATCH --cpus-per-task=64
 #SBATCH --time=48:00:00
+#SBATCH --signal=B:USR1@300
+#SBATCH --requeue
+#SBATCH --open-mode=append
 set -euo pipefail
 [ $# -gt 0 ] || set -- +experiment=paper/parallel_r1_seen
 nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
@@ -23,4 +36,20 @@ for node in "${nodes[@]:1}"; do
   srun --nodes=1 --ntasks=1 -w "$node" ray start --address="$head_ip:$port" --block &
 done
 sleep 15
-python -m orchestrator cluster.address="$head_ip:$port" cluster.shared_fs=true "$@"
+# The driver runs in the background so that this shell takes the signal at once (bash runs a trap only
+# between commands) and hands it to the driver alone; `wait` returns early on a trapped signal, hence the loop.
+python -m orchestrator cluster.address="$head_ip:$port" cluster.shared_fs=true \
+  hydra.run.dir="runs/slurm-${SLURM_JOB_ID}" resume=auto "$@" &
+driver=$!
+trap 'echo "slurm.sh: SIGUSR1 (the time limit is near): stopping the driver"; kill -USR1 "$driver"' USR1
+trap 'echo "slurm.sh: SIGTERM (preempted): stopping the driver"; kill -TERM "$driver"' TERM
+rc=0
+while :; do
+  wait "$driver" && rc=0 || rc=$?
+  kill -0 "$driver" 2>/dev/null || break  # a trap interrupted the wait: the driver is still saving
+done
+if [ "$rc" -eq 75 ]; then
+  echo "slurm.sh: the driver saved and stopped (exit 75); requeueing job $SLURM_JOB_ID to continue (resume=auto)"
+  scontrol requeue "$SLURM_JOB_ID"
+fi
+exit "$rc"

@@ -403,10 +403,10 @@ class LearnerWorker:
         out |= {alias: out[src] for alias, src in plan.aliases}
         return {name: out[name] for name, _ in self._named_weights()}
 
-    def open_sync(self, address: str, world_size: int, backend: str, timeout_s: float,
+    def open_sync(self, address: str | None, world_size: int, backend: str, timeout_s: float,
                   bucket_bytes: int, dtype: str | None = None, abandonable: bool = True) -> dict | None:
         """Join the weight-sync group as its rank 0 (learner rank 0 only; every rank keeps the bucket
-        plan, which `send_weights` walks in step). Returns the plan every receiver follows, in wire form
+        plan, which `send_weights` walks in step; `address` None: no group, the plan only). Returns the plan every receiver follows, in wire form
         (`weightsync.plan`). `dtype`: the engines' weight dtype, which the weights are sent in.
         `abandonable=False`: called in this process, not as a Ray task (a benchmark: no Ray needed)."""
         from weightsync.group import SyncGroup
@@ -416,6 +416,8 @@ class LearnerWorker:
         if self.rank != 0:
             return None
         self.close_sync()
+        if address is None:  # no group: every engine takes its weights from its own learner rank (hand-off)
+            return plan_to_wire(self._sync_plan)
 
         def join():
             return SyncGroup(address, 0, world_size, backend, timeout_s)
@@ -449,24 +451,47 @@ class LearnerWorker:
     def pid(self) -> int:
         return os.getpid()
 
-    def send_weights(self) -> dict[str, float] | None:
+    def send_weights(self, stage: bool = False) -> dict | None:
         """Broadcast the current weights over the sync group, bucket by bucket (rank 0 sends; every rank
-        joins each bucket's ZeRO-3 gather). Under ZeRO-3 a bucket is copied out before its gather ends."""
+        joins each bucket's ZeRO-3 gather). Under ZeRO-3 a bucket is copied out before its gather ends.
+        `stage`: also pack each bucket into a buffer of this rank's own, shared with the engine on its
+        device (`weightsync.handoff`) and kept until `release_staged`; "handles" holds their handles.
+        Rank 0 and a staging rank return their figures, any other None."""
         import time
 
+        from weightsync.handoff import share
+        from weightsync.plan import pack
+
         t = time.perf_counter()
-        pieces = self._pieces(self._sync_plan)
-        if self.rank != 0:
-            for _ in pieces:
-                pass
-            return None
+        plan, handles, self._staged = self._sync_plan, [], []
+        pieces = self._pieces(plan)
+
+        def walked():  # the pieces in plan order, each staged on its way
+            for bucket, piece in zip(plan.buckets, pieces):
+                if stage:
+                    self._staged.append(pack(bucket, piece, str(self.device), view=False))
+                    handles.append(share(self._staged[-1]))
+                yield piece
+
+        group = getattr(self, "_sync", None) if self.rank == 0 else None
+        sent = 0
         try:
-            sent = self._sync.send(self._sync_plan, pieces, copy=self.cfg.zero_stage == 3)
+            if group is not None:
+                sent = group.send(plan, walked(), copy=self.cfg.zero_stage == 3)
+            else:
+                for _ in walked():
+                    pass
         finally:  # every bucket's gather, as the other ranks do, even when a receiver failed mid-send:
             for _ in pieces:  # else their next gather pairs with this rank's next one, out of step
                 pass
-        return {"sync/bytes": float(sent), "sync/buckets": float(len(self._sync_plan.buckets)),
-                "timing/sync_send": time.perf_counter() - t}
+        if self.rank != 0 and not stage:
+            return None
+        return {"sync/bytes": float(sent), "sync/buckets": float(len(plan.buckets)),
+                "timing/sync_send": time.perf_counter() - t, "handles": handles}
+
+    def release_staged(self) -> None:
+        """Free the buffers `send_weights(stage=True)` shared (every engine has loaded from them)."""
+        self._staged = []
 
     def save_pretrained(self, path: str) -> None:
         """Hugging Face checkpoint (rank 0 writes; every rank must call it under ZeRO-3)."""

@@ -180,6 +180,13 @@ class RolloutWorker:
         self.version, self.blank = version, False
         return got
 
+    def receive_shared(self, handles: list[bytes], plan: dict, version: int) -> int:
+        """The same-device hand-off (`weightsync.handoff`): the buffers the learner rank on this actor's
+        device staged, into the engine, as policy `version`."""
+        got = self.engine.receive_shared(handles, plan)
+        self.version, self.blank = version, False
+        return got
+
     @property
     def in_sync_group(self) -> bool:
         return getattr(self, "_in_group", False)

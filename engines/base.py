@@ -54,6 +54,10 @@ class Engine(Protocol):
     def receive_weights(self, plan: dict) -> int:
         """Receive one broadcast of the learner's weights (the plan in wire form) and load it; bytes."""
 
+    def receive_shared(self, handles: list[bytes], plan: dict) -> int:
+        """Load the weights a learner rank on this engine's device staged for it (`weightsync.handoff`:
+        one handle per bucket of the plan, in wire form); bytes."""
+
     def parameters_dict(self) -> dict[str, Any]:
         """The engine's current weights (tests check weight sync against the learner's)."""
 

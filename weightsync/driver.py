@@ -11,8 +11,9 @@ The transports (`WeightSync`, chosen once by `make_weight_sync`):
 
 `CollectiveSync` (default): learner rank 0 and every engine worker form one torch.distributed group
 (gloo on CPU, NCCL where every member sees CUDA: `weightsync.group`), opened on the first push; each push is rank 0
-broadcasting its weights in buckets while every engine receives and loads them. The weights never
-pass through the driver or Ray's object store, and no filesystem is shared.
+broadcasting its weights in buckets while every engine receives and loads them. An engine on a learner
+rank's own GPU (`rollout.colocate`) is handed them there by that rank instead (`weightsync.handoff`).
+The weights never pass through the driver or Ray's object store, and no filesystem is shared.
 
 `ObjectStoreSync` (fallback: `rollout.weight_sync.method=object_store`): rank 0's gathered state dict
 goes into Ray's object store once and every rollout actor pulls it from there.
@@ -32,6 +33,7 @@ import ray
 from actors.faults import ActorLost, is_loss, summary, wait_alive
 from actors.group import LearnerGroup, RolloutGroup
 from contract.engine import WeightSyncConfig
+from weightsync.handoff import handoff_pairs
 
 
 class EngineWeights:
@@ -200,11 +202,14 @@ class ObjectStoreSync:
     def reset(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
         """Nothing to dissolve: every push reaches each engine on its own."""
 
-    def push(self, learners: LearnerGroup, rollouts: RolloutGroup, version: int) -> dict[str, float]:
+    def push(self, learners: LearnerGroup, rollouts: RolloutGroup, version: int,
+             only: list[int] | None = None) -> dict[str, float]:
+        """Every engine's weights (or those of the engines `only` names) from rank 0's state dict."""
         state_ref = learners.async_state_dict()
-        refs = {f"rollout_{i}": [a.load_weights.remote(state_ref, version)] for i, a in enumerate(rollouts.actors)}
+        engines = range(len(rollouts.actors)) if only is None else only
+        refs = {f"rollout_{i}": [rollouts.actors[i].load_weights.remote(state_ref, version)] for i in engines}
         got = _wait(refs, self.timeout_s, "object store")
-        return {"sync/bytes": float(got["rollout_0"][0])}
+        return {"sync/bytes": float(next(iter(got.values()))[0])}
 
 
 def shared_devices(members: dict[str, dict]) -> dict[str, list[str]]:
@@ -222,10 +227,13 @@ class CollectiveSync:
     """`store` gives a fresh rendezvous address (`weightsync.group.open_store`) each time the group
     forms: on the first push, and after `reset` (an engine was lost and restarted).
 
-    The members decide the backend (`backend=auto`): NCCL when every one of them sees CUDA, gloo
-    otherwise -- from what each actor was given, not from the driver's devices. Engines colocated with
-    learner rank 0 (a GPU given to two members) cannot form an NCCL group: their weights then go
-    through the object store (`ObjectStoreSync`), said once."""
+    Each engine's transport is decided when the group forms, from the devices its members were given:
+    an engine on a learner rank's own GPU (`rollout.colocate`) is handed the weights there by that rank
+    (`weightsync.handoff`: no copy, no group); the others join one group with learner rank 0, which
+    broadcasts to them. Its backend (`backend=auto`): NCCL when every member of the group sees CUDA,
+    gloo otherwise -- from what each actor was given, not from the driver's devices. A group that would
+    hold two members on one GPU (which NCCL refuses) is not formed: those engines' weights go through the
+    object store (`ObjectStoreSync`), said once. `transports` names each engine's."""
 
     def __init__(self, cfg: WeightSyncConfig, store: Callable[[], str]):
         self.cfg, self.store = cfg, store
@@ -233,37 +241,47 @@ class CollectiveSync:
         self.plan_ref: ray.ObjectRef | None = None
         self.fallback: ObjectStoreSync | None = None
         self.address = ""
+        self.handoff: dict[int, int] = {}  # engine i -> the learner rank that hands it its weights
+        self.transports: dict[str, str] = {}  # rollout_i -> handoff | collective | object_store
 
     def _open(self, learners: LearnerGroup, rollouts: RolloutGroup) -> None:
+        n = len(rollouts.actors)
         sizes = {f"rollout_{i}": [a.sync_ranks.remote(), a.weights_dtype.remote(), a.devices.remote()]
                  for i, a in enumerate(rollouts.actors)}
-        sizes["learner"] = [learners.actors[0].devices.remote()]
+        sizes["learner"] = learners.async_call("devices")
         got = _wait(sizes, self.cfg.timeout_s, "sizing")
-        members = {"learner_0": got["learner"][0]} | {f"rollout_{i}": got[f"rollout_{i}"][2]
-                                                       for i in range(len(rollouts.actors))}
+        ranks = [got[f"rollout_{i}"][0] for i in range(n)]
+        self.handoff = handoff_pairs(got["learner"], [(got[f"rollout_{i}"][2], ranks[i]) for i in range(n)])
+        rest = [i for i in range(n) if i not in self.handoff]
+        members = {"learner_0": got["learner"][0]} | {f"rollout_{i}": got[f"rollout_{i}"][2] for i in rest}
         self.backend = self.cfg.backend
         if self.backend == "auto":
             self.backend = "nccl" if all(m["cuda"] for m in members.values()) else "gloo"
         shared = shared_devices(members)
-        if self.backend == "nccl" and shared:
-            where = "; ".join(f"GPU {d} is given to {' and '.join(n)}" for d, n in shared.items())
-            print(f"weight sync: {where}: NCCL cannot hold two ranks on one device, so the weights go through "
-                  "the object store", flush=True)
+        if rest and self.backend == "nccl" and shared:
+            where = "; ".join(f"GPU {d} is given to {' and '.join(names)}" for d, names in shared.items())
+            print(f"weight sync: {where}: NCCL cannot hold two ranks on one device, so the weights of "
+                  f"{', '.join(f'rollout_{i}' for i in rest)} go through the object store", flush=True)
             self.fallback = ObjectStoreSync(self.cfg.timeout_s)
-            return
-        ranks = [got[f"rollout_{i}"][0] for i in range(len(rollouts.actors))]
-        dtypes = {got[f"rollout_{i}"][1] for i in range(len(rollouts.actors))}
+        grouped = [] if self.fallback is not None else rest
+        self.transports = {f"rollout_{i}": "handoff" if i in self.handoff else
+                           "collective" if i in grouped else "object_store" for i in range(n)}
+        if self.handoff:
+            print("weight sync: " + ", ".join(f"rollout_{i} from learner_{r}" for i, r in self.handoff.items())
+                  + " on their own GPU (hand-off)", flush=True)
         # sent in the engines' dtype when they agree on one (bf16 engines: half an fp32 learner's bytes);
         # engines that differ each cast what they receive
+        dtypes = {got[f"rollout_{i}"][1] for i in range(n)}
         wire = dtypes.pop() if len(dtypes) == 1 else None
-        world = 1 + sum(ranks)
-        self.address = address = self.store()
+        world = 1 + sum(ranks[i] for i in grouped)
+        self.address = address = self.store() if grouped else None  # no group when no engine needs one
         refs = {"learner": learners.async_call("open_sync", address, world, self.backend, self.cfg.timeout_s,
                                                self.cfg.bucket_mb << 20, wire)}
         first = 1
-        for i, (actor, n) in enumerate(zip(rollouts.actors, ranks)):
-            refs[f"rollout_{i}"] = [actor.open_sync.remote(address, first, world, self.backend, self.cfg.timeout_s)]
-            first += n
+        for i in grouped:
+            refs[f"rollout_{i}"] = [rollouts.actors[i].open_sync.remote(address, first, world, self.backend,
+                                                                        self.cfg.timeout_s)]
+            first += ranks[i]
         got = _form(refs, self.cfg.timeout_s, f"opening a {self.backend} group of {world} ranks at {address}")
         self.plan_ref = ray.put(got["learner"][0])
 
@@ -283,19 +301,33 @@ class CollectiveSync:
                 pass
 
     def push(self, learners: LearnerGroup, rollouts: RolloutGroup, version: int) -> dict[str, float]:
-        if self.plan_ref is None and self.fallback is None:
+        if self.plan_ref is None:
             self._open(learners, rollouts)
-        if self.fallback is not None:
-            return self.fallback.push(learners, rollouts, version)
-        refs = {"learner": learners.async_call("send_weights")}
-        refs |= {f"rollout_{i}": [a.receive_weights.remote(self.plan_ref, version)]
-                 for i, a in enumerate(rollouts.actors)}
+        stagers = set(self.handoff.values())
+        grouped = [i for i in range(len(rollouts.actors)) if self.transports[f"rollout_{i}"] == "collective"]
+        refs = {"learner": [a.send_weights.remote(stage=r in stagers) for r, a in enumerate(learners.actors)]}
+        refs |= {f"rollout_{i}": [rollouts.actors[i].receive_weights.remote(self.plan_ref, version)]
+                 for i in grouped}
         got = _wait(refs, self.cfg.timeout_s, "broadcast")
-        stats = dict(got["learner"][0])
-        received = [v for name, vs in got.items() if name != "learner" for v in vs]
+        sent = got.pop("learner")
+        handles = [s.pop("handles") if s else [] for s in sent]
+        stats = dict(sent[0])
+        received = [v for vs in got.values() for v in vs]
         if any(r != stats["sync/bytes"] for r in received):
             raise RuntimeError(f"weight sync: learner sent {stats['sync/bytes']:.0f} bytes, "
                                f"engines received {received}")
+        if self.handoff:  # each colocated engine maps what its rank staged; then the ranks free it
+            refs = {f"rollout_{i}": [rollouts.actors[i].receive_shared.remote(handles[r], self.plan_ref, version)]
+                    for i, r in self.handoff.items()}
+            try:
+                handed = [v for vs in _wait(refs, self.cfg.timeout_s, "hand-off").values() for v in vs]
+            finally:
+                _wait({"learner": learners.async_call("release_staged")}, self.cfg.timeout_s, "release staged")
+            stats["sync/handoff_bytes"] = float(sum(handed))
+            stats["sync/bytes"] += stats["sync/handoff_bytes"]
+        if self.fallback is not None:
+            only = [i for i in range(len(rollouts.actors)) if self.transports[f"rollout_{i}"] == "object_store"]
+            stats["sync/bytes"] += self.fallback.push(learners, rollouts, version, only)["sync/bytes"]
         return stats
 
 

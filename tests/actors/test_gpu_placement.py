@@ -41,7 +41,9 @@ for name, (nl, lg, nr, rg, backend, colocate) in cases.items():
     cfg = ParallaxConfig()
     cfg.rollout = RolloutConfig(num_actors=nr, num_cpus=0.25, num_gpus=rg, torch_threads=1, n=2, max_new_tokens=4,
                                 weight_sync=WeightSyncConfig(backend=backend), colocate=colocate)
-    cfg.learner = LearnerConfig(num_actors=nl, num_cpus=0.25, num_gpus=lg, torch_threads=1, micro_batch_size=2)
+    # the colocated paper layout under ZeRO-3 (learner=deepspeed_gpu): each rank gathers, stages and hands off
+    cfg.learner = LearnerConfig(num_actors=nl, num_cpus=0.25, num_gpus=lg, torch_threads=1, micro_batch_size=2,
+                                zero_stage=3 if colocate else 1)
     cfg.reward.num_cpus = 0.25
     g = build_groups(cfg, model, name)
     seen = {f"{grp.role}_{i}": ray.get(a.devices.remote()) for grp in (g.rollout, g.learner)
@@ -57,7 +59,8 @@ for name, (nl, lg, nr, rg, backend, colocate) in cases.items():
                  "bytes": figures["sync/bytes"],
                  "equal": all(torch.equal(e[k], v) for e in engines for k, v in learner.items()),
                  "slept": sorted(slept), "woke": "timing/wake_and_sync" in figures, "built": built,
-                 "trace": weights.wake_trace, "released": figures.get("memory/learner_cache_released_gib"),
+                 "trace": weights.wake_trace, "transports": getattr(g.sync, "transports", {}),
+                 "handoff": {f"rollout_{i}": f"learner_{r}" for i, r in getattr(g.sync, "handoff", {}).items()}, "released": figures.get("memory/learner_cache_released_gib"),
                  "bundles": len(ray.util.placement_group_table(g.placement_group)["bundles"])}
     g.shutdown()
 print("PROBE " + json.dumps(out))
@@ -83,6 +86,7 @@ def test_every_actor_sees_the_gpus_its_bundle_reserved_and_no_other(placed):
         for who, s in case["seen"].items():
             assert s["visible"].split(",") == s["gpus"], (name, who, s)  # Ray's ids are its CUDA_VISIBLE_DEVICES
             assert s["cuda"] is False, (name, who)  # a CPU behind the ids: each actor sees it is one
+            assert s["nccl_cumem"] == "0", (name, who)  # learners and engines agree on NCCL's allocator (item 7)
     sep, tp2 = placed["separate"], placed["tp2"]
     assert [len(g) for g in _gpus(sep, "learner")] == [1, 1] and [len(g) for g in _gpus(sep, "rollout")] == [1, 1]
     ids = [g for role in ("learner", "rollout") for ids in _gpus(sep, role) for g in ids]
@@ -93,27 +97,33 @@ def test_every_actor_sees_the_gpus_its_bundle_reserved_and_no_other(placed):
 
 def test_the_sync_group_never_holds_two_ranks_on_one_gpu(placed):
     """Separate GPUs: the group forms, over gloo because no member sees CUDA (the members decide, not the
-    driver, whose config asked for GPUs). A GPU given to learner rank 0 and an engine: NCCL could not
-    form there, so the weights go through the object store, and still arrive."""
+    driver, whose config asked for GPUs), a TP-2 engine with both its workers' GPUs in it. A GPU given to
+    learner rank 0 and an engine: that engine is handed its weights on the GPU (issue 50, item 2), no
+    group, nothing through the object store; they arrive bit for bit."""
     for name in ("separate", "tp2"):
         case = placed[name]
         members = {k: v for k, v in case["seen"].items() if k.startswith("rollout") or k == "learner_0"}
         assert shared_devices(members) == {}, name
         assert case["backend"] == "gloo" and not case["fallback"] and case["equal"], name
+        assert set(case["transports"].values()) == {"collective"} and case["handoff"] == {}, name
     colo = placed["colocated"]
     assert _gpus(colo, "learner") == _gpus(colo, "rollout"), colo["seen"]  # PACK put both on one GPU
-    assert colo["fallback"] and colo["equal"] and colo["bytes"] > 0
+    assert colo["transports"] == {"rollout_0": "handoff"} and colo["handoff"] == {"rollout_0": "learner_0"}
+    assert not colo["fallback"] and colo["equal"] and colo["bytes"] > 0
 
 
 def test_colocated_engines_share_their_learners_gpus_sleep_and_wake_with_the_weights(placed):
     """rollout.colocate: engine i sits on learner rank i's bundle and sees its GPU (two GPUs for four
-    actors, three bundles with the reward actor's); engine 0 shares rank 0's, so the weights go through
-    the object store. The engines slept at level 2 (weights dropped), and the push woke them and
-    refilled them: every engine's weights equal the learner's."""
+    actors, three bundles with the reward actor's), and each ZeRO-3 rank hands its own engine the weights
+    it gathered, on their GPU (issue 50, item 2: no group, nothing through the object store). The engines
+    slept at level 2 (weights dropped), and the push woke them and refilled them: every engine's weights
+    equal the learner's, bit for bit."""
     case = placed["colocate"]
     assert _gpus(case, "learner") == _gpus(case, "rollout"), case["seen"]
     assert len({g for ids in _gpus(case, "learner") for g in ids}) == 2 and case["bundles"] == 3
-    assert case["fallback"] and case["equal"] and case["bytes"] > 0
+    assert case["handoff"] == {"rollout_0": "learner_0", "rollout_1": "learner_1"}
+    assert set(case["transports"].values()) == {"handoff"}
+    assert not case["fallback"] and case["equal"] and case["bytes"] > 0
     assert case["slept"] == ["timing/sleep"] and case["woke"]
     assert placed["separate"]["slept"] == [] and not placed["separate"]["woke"]  # not colocated: never asleep
 

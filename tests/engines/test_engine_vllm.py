@@ -130,6 +130,33 @@ def test_vllm_object_store_fallback_loads_the_weights(engine, tiny_model_path):
         engine.load_weights(sd)
 
 
+def test_vllm_loads_the_buffers_a_learner_rank_staged_on_its_device(engine, tiny_model_path):
+    """The same-device hand-off (weightsync/handoff.py; issue 50, item 2): buckets staged in this process
+    (shared memory on CPU, as CUDA IPC on a GPU), mapped by vLLM's worker process and loaded; its greedy
+    logprobs are then a transformers forward of those weights."""
+    from transformers import AutoModelForCausalLM
+
+    from contract.batch import SamplingParams
+    from weightsync.handoff import share
+    from weightsync.plan import pack, plan_for, plan_to_wire
+
+    tok = engine.tokenizer
+    prompt, params = tok.encode("Q: 3\nA:"), SamplingParams(max_new_tokens=8, greedy=True)
+    sd = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).state_dict()
+    g = torch.Generator().manual_seed(2)
+    new = {k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in sd.items() if k != "lm_head.weight"}
+    new["lm_head.weight"] = new["model.embed_tokens.weight"]  # tied, as the learner's module has it
+    plan = plan_for(new, bucket_bytes=1 << 18)
+    staged = [pack(b, new, "cpu", view=False) for b in plan.buckets]  # the learner rank's, kept until loaded
+    try:
+        assert engine.receive_shared([share(b) for b in staged], plan_to_wire(plan)) == plan.nbytes
+        out = engine.generate([prompt], params)[0]
+        ref = _hf_greedy_logprobs(new, tiny_model_path, prompt, out.token_ids)
+        assert torch.allclose(torch.tensor(out.logprobs), ref, atol=2e-3)
+    finally:
+        engine.load_weights(sd)
+
+
 @pytest.mark.parametrize("driver", ["rounds", "async"])
 @pytest.mark.parametrize("fmt", ["parason", "parallel_r1"])
 def test_vllm_executed_mode_rows_reproduce_its_logprobs(engine, tiny_model_path, fmt, driver):

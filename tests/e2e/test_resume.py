@@ -1,4 +1,5 @@
-"""Kill the driver with SIGKILL mid-run, resume, and get the same metrics as an uninterrupted run."""
+"""Kill the driver with SIGKILL mid-run, or stop it with SIGTERM as a scheduler does; resume, and get the
+same metrics as an uninterrupted run (one unbroken run, shared)."""
 
 from __future__ import annotations
 
@@ -98,3 +99,47 @@ def test_checkpoints_at_a_uri_survive_the_loss_of_the_run_directory(uninterrupte
             if key in unbroken[step]:
                 assert resumed[step][key] == pytest.approx(unbroken[step][key], rel=1e-5, abs=1e-6), (step, key)
     assert (store / "step_000010" / "model").is_dir()  # the step trained again, uploaded whole
+
+
+def test_sigterm_mid_rl_saves_the_step_in_flight_and_resume_matches(uninterrupted, attach, tmp_path):
+    """Preemption (Slurm, Kubernetes): SIGTERM to the driver mid-RL. It finishes the step in flight, writes
+    and verifies a checkpoint of it, prints how to resume and exits 75 within the grace period; the command
+    it printed continues the run exactly: every step logged once, the metrics and the table of an
+    unbroken run. On the session's cluster, as a job on a cluster is (cluster/slurm.sh)."""
+    from orchestrator.checkpoint import verify_checkpoint
+    from orchestrator.stops import EXIT_PREEMPTED, GRACE_S
+
+    run = tmp_path / "preempted"
+    proc = subprocess.Popen(_cmd(run, attach), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 600
+    while _latest_step(run) < 6 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before the signal"
+    proc.send_signal(signal.SIGTERM)  # RL step 6 in flight (its periodic save at 6 just done)
+    sent = time.monotonic()
+    out, err = proc.communicate(timeout=2 * GRACE_S)
+    took = time.monotonic() - sent
+    assert proc.returncode == EXIT_PREEMPTED, err[-3000:]
+    assert took < GRACE_S and "Traceback" not in err, (took, err[-3000:])
+
+    logged = sorted(_metrics(run))
+    saved = _latest_step(run)
+    assert 6 < saved < 10 and logged == list(range(saved)), (saved, logged)  # the step in flight finished, saved
+    verify_checkpoint(run / "checkpoints" / f"step_{saved:06d}")
+    assert f"parallax: stopped by SIGTERM, {saved} steps done: checkpoint " in err and "written and verified" in err
+    resume = err.split("To continue: ", 1)[1].split("\n", 1)[0]
+    assert resume.startswith("python -m orchestrator ") and resume.endswith(f"hydra.run.dir={run} resume=auto")
+
+    again = subprocess.run([sys.executable, *resume.split()[1:]], cwd=ROOT, check=False, capture_output=True,
+                           text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"at step {saved}" in again.stdout
+    a, b = uninterrupted[3], _metrics(run)  # _metrics: each step once
+    assert sorted(a) == sorted(b) == list(range(10))
+    for step in range(10):
+        for key in KEYS:
+            if key in a[step]:
+                assert b[step][key] == pytest.approx(a[step][key], rel=1e-5, abs=1e-6), (step, key)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 10 and summary["stages"] == json.loads((uninterrupted[0] / "summary.json")
+                                                                        .read_text())["stages"]

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from actors.faults import ActorLost
 from contract.config import ParallaxConfig
@@ -58,10 +59,25 @@ class StopSignals:
     The handler only records the signal and starts a watchdog: past `grace_s`, `overdue()` names what is
     lost and the process exits with `EXIT_PREEMPTED` whatever the main thread is doing (a step that
     cannot finish in time is abandoned; checkpoints are written aside and renamed, so none is damaged).
-    `install()` again after `ray.init`, which sets a SIGTERM handler of its own (`sys.exit`)."""
+    `install()` again after `ray.init`, which sets a SIGTERM handler of its own (`sys.exit`).
 
-    def __init__(self, grace: float):
-        self.grace = grace
+    Signal handlers belong to the process: one instance per run (`begin`), shared by its tries (a restart
+    after a lost actor keeps a signal that arrived before it), found by each try's trainer (`current`)."""
+
+    _current: StopSignals | None = None
+
+    @classmethod
+    def begin(cls, grace: float) -> StopSignals:
+        cls._current = cls(grace)
+        return cls._current
+
+    @classmethod
+    def current(cls) -> StopSignals:
+        """The run's (`begin`); for a trainer made outside `run` (a test), one that installs nothing."""
+        return cls._current if cls._current is not None else cls(grace_s(), inert=True)
+
+    def __init__(self, grace: float, inert: bool = False):
+        self.grace, self.inert = grace, inert
         self.overdue: Callable[[], str] = lambda: ""  # what stays and how to resume (the trainer sets it)
         self.requested: str | None = None
         self.at = 0.0  # time.monotonic() of the first signal
@@ -71,7 +87,7 @@ class StopSignals:
         self._ray: list = []  # the Ray head processes this driver started (psutil), watched after a signal
 
     def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
+        if self.inert or threading.current_thread() is not threading.main_thread():
             return  # Python takes signals in the main thread only (a driver run inside a thread: no handler)
         for sig in SIGNALS:
             previous = signal.signal(sig, self._handle)
@@ -87,6 +103,8 @@ class StopSignals:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous.clear()
+        if StopSignals._current is self:
+            StopSignals._current = None
 
     def elapsed(self) -> float:
         return time.monotonic() - self.at
@@ -170,3 +188,56 @@ def lost_actor_paragraph(e: ActorLost, cfg: ParallaxConfig, failures: int, where
                 f"(now {tries}) to restart the whole run from its newest verified checkpoint.")
     return (f"{e}. The run stops. {knob} To continue from the newest checkpoint ({where}), run the same "
             "command with resume=auto.")
+
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of a process, from /proc; None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1])
+
+
+def _descends(pid: int, root: int) -> bool:
+    while pid > 1:
+        stat = _stat(pid)
+        if stat is None:
+            return False
+        pid = stat[1]
+        if pid == root:
+            return True
+    return root == 1
+
+
+def stop_drivers(grace: float, root: int = 1, sig: int = signal.SIGTERM) -> list[int]:
+    """Send `sig` to every `python -m orchestrator` driver under process `root` (this container's, by
+    default) but this process, then wait for them to exit, `grace` seconds at most. What a Kubernetes preStop
+    hook runs (cluster/rayjob.yaml): the head pod's PID 1, `ray start --block` under a shell, never passes
+    the kubelet's SIGTERM on to the driver. Returns the pids still running at the end."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        pid = int(proc.name)
+        if pid != os.getpid() and argv[1:3] == [b"-m", b"orchestrator"] and _descends(pid, root):
+            pids.append(pid)
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    while True:
+        alive = [p for p in pids if (stat := _stat(p)) is not None and stat[0] != "Z"]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.2)
+
+
+if __name__ == "__main__":  # python -m orchestrator.stops: cluster/rayjob.yaml's preStop hook
+    print(f"parallax: stopping this pod's driver (SIGTERM, up to {grace_s() + 5:g} s)", flush=True)
+    sys.exit(1 if stop_drivers(grace_s() + 5) else 0)

@@ -55,9 +55,9 @@ class SetupError(Exception):
 
 
 class Trainer:
-    def __init__(self, cfg: ParallaxConfig, stops: StopSignals | None = None):
+    def __init__(self, cfg: ParallaxConfig):
         self.cfg = cfg
-        self.stops = stops or StopSignals(grace_s())  # SIGTERM / SIGUSR1: save after the step in flight, exit
+        self.stops = StopSignals.current()  # SIGTERM / SIGUSR1: save after the step in flight, then exit
         self.started_at = time.time()  # wall clock (summary.json): a sweep's jobs overlap or not
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -317,10 +317,10 @@ def run(cfg: ParallaxConfig) -> dict[str, Any]:
     FailureConfig. Without, the error names the actor."""
     t0 = time.perf_counter()
     failures = 0
-    stops = StopSignals(grace_s())
+    stops = StopSignals.begin(grace_s())
     try:
         while True:
-            trainer = Trainer(cfg, stops)
+            trainer = Trainer(cfg)
             try:
                 summary = trainer.fit()
                 break

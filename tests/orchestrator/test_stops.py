@@ -77,3 +77,26 @@ def test_the_footprint_matches_what_a_checkpoint_of_the_tiny_model_holds(tmp_pat
     assert checkpoint_bytes(params, "float32", lora=False) == pytest.approx(16.60e6, rel=0.01)
     assert checkpoint_bytes(params, "bfloat16", lora=False) == params * 16
     assert checkpoint_bytes(params, "bfloat16", lora=True) == params * 4  # Adam's state of the adapters: small
+
+
+def test_a_pods_prestop_hook_stops_its_driver_and_waits_for_it(tmp_path):
+    """`python -m orchestrator.stops` (cluster/rayjob.yaml's preStop): the driver under the given process
+    gets SIGTERM and is waited for; here a stand-in `python -m orchestrator` that takes 1 s to save."""
+    from orchestrator.stops import stop_drivers
+
+    pkg = tmp_path / "orchestrator"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text(
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1), sys.exit(75)))\n"
+        "print('ready', flush=True)\n"
+        "while True:\n    time.sleep(0.1)\n")
+    import os
+
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator"], cwd=tmp_path, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert proc.stdout.readline() == "ready\n"
+    t0 = time.monotonic()
+    left = stop_drivers(10, root=os.getpid())
+    assert left == [] and 0.9 < time.monotonic() - t0 < 5 and proc.wait(timeout=5) == 75

@@ -22,6 +22,11 @@ import ray
 
 T = TypeVar("T")
 
+# How long a group's actors may return nothing before the driver takes the busy ones for hung: far above any
+# call measured (an RL step of the paper run, 8 GPUs: minutes), and bounded, so that a hung engine or
+# collective ends the try with a message (and `trainer.max_failures` restarts it) instead of waiting forever.
+STALL_S = 3600.0
+
 
 class ActorLost(RuntimeError):
     """An actor died and its work cannot be run again here: a learner, or a chunk out of retries."""
@@ -76,17 +81,19 @@ def summary(e: BaseException) -> str:
     return lines[-1] if lines else type(e).__name__
 
 
-def get_all(refs: list[ray.ObjectRef], role: str, timeout_s: float | None = None) -> list[Any]:
+def get_all(refs: list[ray.ObjectRef], role: str, timeout_s: float = STALL_S) -> list[Any]:
     """ray.get of one call on every actor of a group (ref i is rank i's), failing on the first actor
-    that died as soon as it does: a learner's peers hang in the collective and would never return."""
+    that died as soon as it does: a learner's peers hang in the collective and would never return.
+    Actors that answer nothing for `timeout_s` are taken for hung: `ActorLost` naming them."""
     out: list[Any] = [None] * len(refs)
     rank = {r: i for i, r in enumerate(refs)}
     pending = list(refs)
     while pending:
         ready, pending = ray.wait(pending, num_returns=1, timeout=timeout_s)
         if not ready:
-            raise TimeoutError(f"{role} actors {sorted(rank[r] for r in pending)} "
-                               f"did not answer within {timeout_s:g} s")
+            busy = sorted(rank[r] for r in pending)
+            raise ActorLost(role, busy[0], f"{role} actors {busy} returned nothing within {timeout_s:g} s "
+                                           "(hung; actors.faults.STALL_S)")
         try:
             out[rank[ready[0]]] = ray.get(ready[0])
         except ray.exceptions.RayActorError as e:
@@ -128,9 +135,9 @@ class Redispatch:
     """
 
     def __init__(self, role: str, actors: list, call: Callable[[Any, Hashable, Any], ray.ObjectRef],
-                 recover: Callable[[list[int]], None], max_retries: int):
+                 recover: Callable[[list[int]], None], max_retries: int, stall_s: float = STALL_S):
         self.role, self.actors, self.call, self.recover = role, actors, call, recover
-        self.max_retries = max_retries
+        self.max_retries, self.stall_s = max_retries, stall_s
         self.retries = 0
         self.lost: set[int] = set()  # restarted (or restarting) and not yet recovered
         self._flight: dict[ray.ObjectRef, tuple[Hashable, Any, int]] = {}
@@ -156,17 +163,25 @@ class Redispatch:
         return min(live, key=lambda r: (load[r], r))
 
     def wait(self, timeout_s: float | None = None) -> bool:
-        """Until every chunk in flight has finished (results stay to be collected); False on a timeout."""
+        """Until every chunk in flight has finished (results stay to be collected), `stall_s` at most
+        unless told; False on a timeout."""
         if not self._flight:
             return True
+        timeout_s = self.stall_s if timeout_s is None else timeout_s
         _, pending = ray.wait(list(self._flight), num_returns=len(self._flight), timeout=timeout_s)
         return not pending
 
     def completed(self) -> Iterator[tuple[Hashable, Any]]:
         """(key, result) of every submitted chunk as it finishes, re-dispatching lost ones; chunks
-        submitted while iterating are included. An error in the work itself is raised as it is."""
+        submitted while iterating are included. An error in the work itself is raised as it is; no
+        chunk finishing within `stall_s` is `ActorLost`, naming the busy actors."""
         while self._flight:
-            ready, _ = ray.wait(list(self._flight), num_returns=1)
+            ready, _ = ray.wait(list(self._flight), num_returns=1, timeout=self.stall_s)
+            if not ready:
+                busy = sorted({r for _, _, r in self._flight.values()})
+                keys = [k for k, _, _ in self._flight.values()]
+                raise ActorLost(self.role, busy[0], f"{self.role} actors {busy} returned nothing within "
+                                                    f"{self.stall_s:g} s (chunks {keys} in flight; hung)")
             key, chunk, rank = self._flight.pop(ready[0])
             try:
                 result = ray.get(ready[0])

@@ -217,9 +217,12 @@ class Trainer:
             self._ahead.append(self._start_rl(stage, step + ahead))
 
     def drain(self) -> None:
-        """Wait for the generations the pipeline started ahead to finish (they stay for their steps)."""
+        """Wait for the generations the pipeline started ahead to finish (they stay for their steps), each
+        `actors.faults.STALL_S` at most."""
         for ahead in self._ahead:
-            ahead.gen.wait()
+            if not ahead.gen.wait():
+                raise ActorLost("rollout", 0, f"the generation started ahead for step {ahead.step} returned nothing "
+                                              f"within {ahead.gen.stall_s:g} s (hung)")
 
     def evaluate(self) -> dict[str, float]:
         """Held-out evaluation (orchestrator/heldout.py) on this run's actors, at step 0's seeds."""

@@ -50,6 +50,6 @@ while :; do
 done
 if [ "$rc" -eq 75 ]; then
   echo "slurm.sh: the driver saved and stopped (exit 75); requeueing job $SLURM_JOB_ID to continue (resume=auto)"
-  scontrol requeue "$SLURM_JOB_ID"
+  scontrol requeue "$SLURM_JOB_ID" || echo "slurm.sh: the requeue failed; submit this script again: it resumes" >&2
 fi
 exit "$rc"

@@ -73,23 +73,24 @@ def _stub(bin_dir: Path, name: str, body: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
 
 
-def _slurm_dry_run(tmp_path, *args: str) -> list[str]:
-    """slurm.sh with stand-ins for scontrol, srun, hostname, ray, python and sleep: the commands it ran."""
+def _slurm_dry_run(tmp_path, *args: str, python: str = "", rc: int = 0) -> list[str]:
+    """slurm.sh with stand-ins for scontrol, srun, hostname, ray, python (`python`: more of its body) and
+    sleep: the commands it ran (`rc`: the script's exit code)."""
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls.log"
     bin_dir.mkdir()
     record = f'echo "$(basename "$0") $*" >> {calls}\n'
-    _stub(bin_dir, "scontrol", 'printf "node-a\\nnode-b\\nnode-c\\n"\n')
+    _stub(bin_dir, "scontrol", record + 'if [[ $1 == show ]]; then printf "node-a\\nnode-b\\nnode-c\\n"; fi\n')
     # srun -w NODE CMD...: record which node runs what, then run the command (hostname / ray stubs)
     _stub(bin_dir, "srun",
           record + 'while [[ $1 == --* || $1 == -w ]]; do [[ $1 == -w ]] && shift; shift; done; "$@"\n')
     _stub(bin_dir, "hostname", 'echo 10.0.0.1\n')
     _stub(bin_dir, "ray", record)
-    _stub(bin_dir, "python", record)
+    _stub(bin_dir, "python", record + python)
     _stub(bin_dir, "sleep", "")
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_NODELIST="node-[a-c]")
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_NODELIST="node-[a-c]", SLURM_JOB_ID="42")
     out = subprocess.run(["bash", str(ROOT / "cluster" / "slurm.sh"), *args],
                          env=env, capture_output=True, text=True, timeout=60, check=False)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == rc, out.stderr
     return calls.read_text().splitlines()
 
 
@@ -101,12 +102,25 @@ def test_slurm_script_dry_run_starts_head_workers_then_the_run(tmp_path):
     assert len(heads) == 1 and "--node-ip-address=10.0.0.1" in heads[0] and "--port=6379" in heads[0]
     assert "--dashboard-host=127.0.0.1" in heads[0]
     assert workers == ["ray start --address=10.0.0.1:6379 --block"] * 2
-    assert runs == [("python -m orchestrator cluster.address=10.0.0.1:6379 cluster.shared_fs=true +experiment=smoke "
-                     "learner.num_actors=2")]
+    assert runs == [("python -m orchestrator cluster.address=10.0.0.1:6379 cluster.shared_fs=true "
+                     "hydra.run.dir=runs/slurm-42 resume=auto +experiment=smoke learner.num_actors=2")]
     assert next(x for x in lines if x.startswith("srun")).split()[-1] == "--ip-address"  # hostname on the head
     assert "-w node-a" in next(x for x in lines if x.startswith("srun") and "--head" in x)
     # the overrides it passes compose as a run's config
     assert _compose(_orchestrator_overrides(runs[0])).cluster.address == "10.0.0.1:6379"
+    assert not any(x.startswith("scontrol requeue") for x in lines)  # the run ended by itself: no requeue
+
+
+def test_slurm_script_passes_the_time_limit_signal_to_the_driver_and_requeues_on_75(tmp_path):
+    """Slurm's `--signal=B:USR1@300` reaches the batch shell only: the script hands it to the driver, and
+    when the driver saved and exited 75 (orchestrator/stops.py) it requeues the job, which resumes."""
+    text = (ROOT / "cluster" / "slurm.sh").read_text()
+    assert "#SBATCH --signal=B:USR1@300" in text and "#SBATCH --requeue" in text
+    driver = ('trap \'echo "driver USR1" >> ' + str(tmp_path / "calls.log") + '; exit 75\' USR1\n'
+              'kill -USR1 $PPID\n'  # as Slurm would, 300 s before the time limit: to the batch shell
+              'while :; do read -t 0.1 || true; done\n')
+    lines = _slurm_dry_run(tmp_path, "+experiment=smoke", python=driver, rc=75)
+    assert "scontrol requeue 42" in lines and lines.index("driver USR1") < lines.index("scontrol requeue 42"), lines
 
 
 # ---- each launcher runs the paper experiment, set for its platform, on resources that place it -----------
@@ -160,7 +174,7 @@ def _rayjob(tmp_path):
 
 def _slurm(tmp_path):
     text = (ROOT / "cluster" / "slurm.sh").read_text()
-    sb = dict(line.removeprefix("#SBATCH --").split("=", 1)
+    sb = dict(line.removeprefix("#SBATCH --").partition("=")[::2]
               for line in text.splitlines() if line.startswith("#SBATCH --"))
     run = next(x for x in _slurm_dry_run(tmp_path) if x.startswith("python -m orchestrator"))  # no arguments
     return run, [(float(sb["cpus-per-task"]), float(sb["gpus-per-node"]))] * int(sb["nodes"]), True

@@ -406,9 +406,10 @@ class LearnerWorker:
     def open_sync(self, address: str | None, world_size: int, backend: str, timeout_s: float,
                   bucket_bytes: int, dtype: str | None = None, abandonable: bool = True) -> dict | None:
         """Join the weight-sync group as its rank 0 (learner rank 0 only; every rank keeps the bucket
-        plan, which `send_weights` walks in step; `address` None: no group, the plan only). Returns the plan every receiver follows, in wire form
-        (`weightsync.plan`). `dtype`: the engines' weight dtype, which the weights are sent in.
-        `abandonable=False`: called in this process, not as a Ray task (a benchmark: no Ray needed)."""
+        plan, which `send_weights` walks in step; `address` None: no group, the plan only). Returns the
+        plan every receiver follows, in wire form (`weightsync.plan`). `dtype`: the engines' weight dtype,
+        which the weights are sent in. `abandonable=False`: called in this process, not as a Ray task (a
+        benchmark: no Ray needed)."""
         from weightsync.group import SyncGroup
         from weightsync.plan import plan_to_wire
 

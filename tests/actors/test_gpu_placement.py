@@ -60,7 +60,8 @@ for name, (nl, lg, nr, rg, backend, colocate) in cases.items():
                  "equal": all(torch.equal(e[k], v) for e in engines for k, v in learner.items()),
                  "slept": sorted(slept), "woke": "timing/wake_and_sync" in figures, "built": built,
                  "trace": weights.wake_trace, "transports": getattr(g.sync, "transports", {}),
-                 "handoff": {f"rollout_{i}": f"learner_{r}" for i, r in getattr(g.sync, "handoff", {}).items()}, "released": figures.get("memory/learner_cache_released_gib"),
+                 "handoff": {f"rollout_{i}": f"learner_{r}" for i, r in getattr(g.sync, "handoff", {}).items()},
+                 "released": figures.get("memory/learner_cache_released_gib"),
                  "bundles": len(ray.util.placement_group_table(g.placement_group)["bundles"])}
     g.shutdown()
 print("PROBE " + json.dumps(out))

@@ -39,7 +39,7 @@ def test_the_rayjob_runs_the_image_the_dockerfile_builds_and_names_the_data():
     job = yaml.safe_load((CLUSTER / "rayjob.yaml").read_text())
     docker = (CLUSTER / "Dockerfile").read_text()
     assert "pip install" in docker and "requirements/constraints-gpu.txt" in docker and '".[gpu]"' in docker
-    data = re.search(r"^ENV PARALLAX_DATA_DIR=(\S+)$", docker, re.M).group(1)
+    data = re.search(r"^ENV PARALLAX_DATA_DIR=(\S+)$", docker, re.MULTILINE).group(1)
     env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
     assert env["env_vars"]["PARALLAX_DATA_DIR"] == data  # where the image put the data
     assert "cluster/Dockerfile" in (CLUSTER / "rayjob.yaml").read_text()

@@ -1,6 +1,7 @@
 """Soak: a long RL run while rollout and reward actors are SIGKILLed at random, from outside.
 
     python bench/soak.py --rl-steps 60 --kill-every 4
+    python bench/soak.py --rl-steps 500 --kill-every 60 --max-staleness 1   # memory over a long run
 
 Runs the toy experiment (`python -m orchestrator +experiment=smoke`, 2 rollout and 2 reward actors)
 as a subprocess and, from this process, SIGKILLs a random `ray::RolloutWorker` or `ray::RewardWorker`
@@ -8,9 +9,16 @@ process of its tree every `--kill-every` seconds (uniform in [0.5, 1.5] x that),
 a node failure would. Then it reads the run's metrics.jsonl and checks what a lost actor must never
 cost: every RL step logged once, each with exactly prompts x n samples, and every metric finite.
 
+Memory: every `--rss-every` seconds it records the resident set size of the driver and of each actor
+process (learner, rollout, reward) against the step the run is at, and fits a line to each process's
+samples after the warm-up (`--warmup` steps): the slope, in MB per 100 steps, is what a long run would
+grow by. The driver's and the largest actor's slopes are in the JSON line, with `rss_flat`: both within
+`--rss-bound` MB per 100 steps (a restarted actor starts a new series; series under 20 samples are left out).
+
 Prints a table (kills, retries, steps) and one JSON line:
 {"bench": "soak", "rl_steps", "kills", "rollout_retries", "reward_retries", "samples_exact", "finite",
- "rc", "wall_s", "loadavg"}.
+ "rc", "wall_s", "loadavg", "rss_driver_mb", "rss_driver_mb_per_100_steps", "rss_actor_mb_per_100_steps",
+ "rss_bound_mb_per_100_steps", "rss_flat"}.
 """
 
 from __future__ import annotations
@@ -30,6 +38,55 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VICTIMS = ("ray::RolloutWorker", "ray::RewardWorker")
+ACTORS = (*VICTIMS, "ray::LearnerWorker")
+
+
+def steps_logged(metrics: Path) -> int:
+    try:
+        return sum(1 for line in metrics.read_text().splitlines() if line.strip())
+    except OSError:
+        return 0
+
+
+def sample_rss(root_pid: int, metrics: Path, every: float, stop: threading.Event, out: list) -> None:
+    """(step, process, pid, RSS in MB) of the driver and each actor process, every `every` seconds."""
+    import psutil
+
+    try:
+        root = psutil.Process(root_pid)
+    except psutil.NoSuchProcess:
+        return
+    while not stop.wait(every):
+        step = steps_logged(metrics)
+        try:
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        for p in procs:
+            try:
+                name = "driver" if p.pid == root_pid else p.name()
+                if name == "driver" or name.startswith(ACTORS):
+                    out.append((step, name.removeprefix("ray::").split(".")[0], p.pid, p.memory_info().rss / 2**20))
+            except psutil.Error:
+                continue
+
+
+def slope_per_100(points: list[tuple[int, float]]) -> float:
+    """Least-squares slope of RSS (MB) against the step, times 100."""
+    n = len(points)
+    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    return 100 * sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
+
+
+def rss_slopes(samples: list, warmup: int) -> dict[tuple[str, int], tuple[float, float, int]]:
+    """(process, pid) -> (slope in MB per 100 steps, last RSS in MB, samples) after the warm-up."""
+    series: dict[tuple[str, int], list[tuple[int, float]]] = {}
+    for step, name, pid, rss in samples:
+        if step >= warmup:
+            series.setdefault((name, pid), []).append((step, rss))
+    return {k: (slope_per_100(v), v[-1][1], len(v)) for k, v in series.items()
+            if len(v) >= 20 and v[-1][0] - v[0][0] >= 50}
 
 
 def victims(root_pid: int) -> list[tuple[int, str]]:
@@ -72,6 +129,10 @@ def main() -> None:
     ap.add_argument("--kill-every", type=float, default=4.0, help="mean seconds between kills")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=3000)
+    ap.add_argument("--max-staleness", type=int, default=0, help="trainer.max_staleness (the pipeline)")
+    ap.add_argument("--rss-every", type=float, default=2.0, help="seconds between RSS samples")
+    ap.add_argument("--warmup", type=int, default=50, help="steps before the RSS slope is fitted")
+    ap.add_argument("--rss-bound", type=float, default=1.0, help="MB per 100 steps that counts as flat")
     args = ap.parse_args()
 
     run = Path(tempfile.mkdtemp(prefix="parallax-soak-")) / "run"
@@ -84,7 +145,9 @@ def main() -> None:
            # a rollout actor killed while the sync group forms leaves learner rank 0 in the rendezvous until
            # this timeout: bounded at 30 s (the tiny model's group forms in well under a second)
            "rollout.weight_sync.timeout_s=30",
-           "logging.wandb_mode=disabled", "logging.print_every=0", f"hydra.run.dir={run}"]
+           "logging.wandb_mode=disabled", "logging.print_every=0", f"hydra.run.dir={run}",
+           f"trainer.max_staleness={args.max_staleness}",
+           *(["rollout.torch_threads=1", "learner.torch_threads=1"] if args.max_staleness else [])]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -92,6 +155,10 @@ def main() -> None:
     thread = threading.Thread(target=killer, args=(proc.pid, args.kill_every, stop, kills, random.Random(args.seed)),
                               daemon=True)
     thread.start()
+    rss: list = []
+    sampler = threading.Thread(target=sample_rss, args=(proc.pid, run / "metrics.jsonl", args.rss_every, stop, rss),
+                               daemon=True)
+    sampler.start()
     try:
         out, _ = proc.communicate(timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -115,11 +182,24 @@ def main() -> None:
           f"{proc.returncode:>3} {wall:>7.0f}")
     if proc.returncode != 0:
         print(out[-3000:], file=sys.stderr)
+    slopes = rss_slopes(rss, args.warmup)
+    for (name, pid), (slope, last, n_samples) in sorted(slopes.items()):
+        print(f"rss {name:>14} pid {pid:>7}: {last:7.0f} MB at the end, {slope:+7.2f} MB per 100 steps "
+              f"({n_samples} samples after step {args.warmup})")
+    driver = [v for (name, _), v in slopes.items() if name == "driver"]
+    actors = [v[0] for (name, _), v in slopes.items() if name != "driver"]
+    worst_actor = max(actors, key=abs) if actors else None
     print(json.dumps({"bench": "soak", "rl_steps": len(rl), "kills": len(kills),
                       "rollout_kills": by_kind[VICTIMS[0]], "reward_kills": by_kind[VICTIMS[1]],
                       "rollout_retries": retries["rollout/retries"], "reward_retries": retries["reward/retries"],
                       "samples_exact": exact, "finite": finite, "rc": proc.returncode, "wall_s": round(wall, 1),
-                      "loadavg": os.getloadavg()[0]}))
+                      "loadavg": os.getloadavg()[0],
+                      "rss_driver_mb": round(driver[0][1], 1) if driver else None,
+                      "rss_driver_mb_per_100_steps": round(driver[0][0], 3) if driver else None,
+                      "rss_actor_mb_per_100_steps": None if worst_actor is None else round(worst_actor, 3),
+                      "rss_bound_mb_per_100_steps": args.rss_bound,
+                      "rss_flat": bool(driver) and all(abs(x) <= args.rss_bound
+                                                       for x in [driver[0][0], *actors])}))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 
 A tree is `{relative path: bytes}`. The model goes into the object store once; each actor writes
 it into a node-local cache named by its digest (complete, or not there: written aside, then renamed).
+A checkpoint travels as pieces (`tree_pieces`, `write_piece`): the driver stores one piece at a time and
+never holds a rank's files at once (a Qwen3-4B ZeRO-3 checkpoint is ~56 GB).
 """
 
 from __future__ import annotations
@@ -11,7 +13,11 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+# A checkpoint piece: what the driver holds at a time while it stores a learner rank's files.
+PIECE_BYTES = 16 << 20
 
 
 def read_tree(root: str | Path) -> dict[str, bytes]:
@@ -20,15 +26,45 @@ def read_tree(root: str | Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def _inside(root: Path, rel: str) -> Path:
+    if Path(rel).is_absolute() or ".." in Path(rel).parts:
+        raise ValueError(f"refusing a path outside the tree: {rel!r}")
+    return root / rel
+
+
 def write_tree(root: str | Path, files: dict[str, bytes]) -> Path:
     root = Path(root)
     for rel, data in files.items():
-        if Path(rel).is_absolute() or ".." in Path(rel).parts:
-            raise ValueError(f"refusing a path outside the tree: {rel!r}")
-        out = root / rel
+        out = _inside(root, rel)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(data)
     return root
+
+
+def tree_pieces(root: str | Path, piece_bytes: int = PIECE_BYTES) -> Iterator[tuple[str, int, bytes]]:
+    """Every file under `root` as (path relative to it, offset, bytes) pieces of at most `piece_bytes`, each
+    file's in order from offset 0 (an empty file is one empty piece)."""
+    root = Path(root)
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            with p.open("rb") as f:
+                offset = 0
+                while True:
+                    data = f.read(piece_bytes)
+                    if data or offset == 0:
+                        yield str(p.relative_to(root)), offset, data
+                    offset += len(data)
+                    if len(data) < piece_bytes:
+                        break
+
+
+def write_piece(root: str | Path, rel: str, offset: int, data: bytes) -> None:
+    """One `tree_pieces` piece into the tree at `root` (offset 0 starts the file anew)."""
+    out = _inside(Path(root), rel)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("r+b" if offset else "wb") as f:
+        f.seek(offset)
+        f.write(data)
 
 
 def digest(files: dict[str, bytes]) -> str:

@@ -142,18 +142,40 @@ class LearnerGroup(ActorGroup):
         tokens = int(batch.loss_mask.sum())
         return [a.sft_step.remote(batch.shard(r, world), tokens, lr, weight_decay) for r, a in enumerate(self.actors)]
 
-    def save(self, out: Path, shared_fs: bool) -> None:
+    def save(self, out: Path, shared_fs: bool, piece_bytes: int | None = None) -> None:
         """The learners' weights (`out/model`) and training state (`out/training_state`): written by the
-        ranks themselves on a shared filesystem, else handed over as files and written here."""
+        ranks themselves on a shared filesystem, else streamed here a piece at a time and written."""
         from actors.faults import get_all
-        from actors.files import write_tree
 
         if shared_fs:
             get_all(self.async_call("save_pretrained", str(out / "model")), "learner")
             get_all(self.async_call("save_training_state", str(out / "training_state")), "learner")
-        else:  # each rank writes on its node and hands the files over; they are stored here
-            for files in get_all(self.async_call("save_files"), "learner"):
-                write_tree(out, files)
+        else:
+            self._save_streamed(out, piece_bytes)
+
+    def _save_streamed(self, out: Path, piece_bytes: int | None) -> None:
+        """Each rank saves on its node (collectively), then streams its files as pieces of `piece_bytes`
+        (`actors.files.PIECE_BYTES`), at most two ahead of this loop: the driver holds one piece, never a
+        rank's checkpoint. A rank that dies fails the save at once, naming it (its peers would wait in the
+        collective save forever), and so does one that yields nothing for `actors.faults.STALL_S`."""
+        from actors.faults import STALL_S, ActorLost, summary
+        from actors.files import PIECE_BYTES, write_piece
+
+        streams = [a.save_pieces.options(num_returns="streaming", _generator_backpressure_num_objects=2)
+                   .remote(piece_bytes or PIECE_BYTES) for a in self.actors]
+        pending = list(streams)
+        while pending:  # every rank has saved (its first piece is ready), or one died
+            ready, pending = ray.wait(pending, num_returns=1, timeout=STALL_S)
+            if not ready:
+                busy = sorted(streams.index(s) for s in pending)
+                raise ActorLost("learner", busy[0], f"learner actors {busy} saved nothing within {STALL_S:g} s")
+        for rank, stream in enumerate(streams):
+            try:
+                for ref in stream:
+                    write_piece(out, *ray.get(ref, timeout=STALL_S))
+                    del ref  # the piece leaves the object store once written
+            except ray.exceptions.RayActorError as e:
+                raise ActorLost("learner", rank, summary(e)) from None
 
     def load_training_state(self, ckpt: Path, shared_fs: bool) -> None:
         """Every rank's optimizer and schedule from `ckpt/training_state`, read there or sent as files."""

@@ -505,17 +505,18 @@ class LearnerWorker:
         """DeepSpeed checkpoint (optimizer + scheduler + model shards); collective."""
         self.engine.save_checkpoint(path, tag="state")
 
-    def save_files(self) -> dict[str, bytes]:
-        """A checkpoint written on this node and returned as files (`cluster.shared_fs=false`): rank 0's
-        `model/` and every rank's share of `training_state/`; the driver merges and stores them."""
+    def save_pieces(self, piece_bytes: int):
+        """A checkpoint written on this node and streamed to the driver (`cluster.shared_fs=false`): rank
+        0's `model/` and every rank's share of `training_state/`, as `actors.files.tree_pieces` pieces (a
+        Ray streaming generator: the driver stores one piece at a time)."""
         import tempfile
 
-        from actors.files import read_tree
+        from actors.files import tree_pieces
 
         with tempfile.TemporaryDirectory(prefix="parallax-ckpt-") as d:
             self.save_pretrained(f"{d}/model")
             self.save_training_state(f"{d}/training_state")
-            return read_tree(d)
+            yield from tree_pieces(d, piece_bytes)
 
     def load_training_state_files(self, files: dict[str, bytes]) -> None:
         """`load_training_state` from files the driver read out of its checkpoint."""

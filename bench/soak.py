@@ -63,10 +63,11 @@ def sample_rss(root_pid: int, metrics: Path, every: float, stop: threading.Event
         except psutil.NoSuchProcess:
             return
         for p in procs:
-            try:
-                name = "driver" if p.pid == root_pid else p.name()
+            try:  # an actor's title is its class while idle, `ray::Class.method` while it runs one
+                name = "driver" if p.pid == root_pid else " ".join(p.cmdline())
                 if name == "driver" or name.startswith(ACTORS):
-                    out.append((step, name.removeprefix("ray::").split(".")[0], p.pid, p.memory_info().rss / 2**20))
+                    role = name.removeprefix("ray::").split(".")[0].split()[0]
+                    out.append((step, role, p.pid, p.memory_info().rss / 2**20))
             except psutil.Error:
                 continue
 
@@ -82,9 +83,10 @@ def slope_per_100(points: list[tuple[int, float]]) -> float:
 def rss_slopes(samples: list, warmup: int) -> dict[tuple[str, int], tuple[float, float, int]]:
     """(process, pid) -> (slope in MB per 100 steps, last RSS in MB, samples) after the warm-up."""
     series: dict[tuple[str, int], list[tuple[int, float]]] = {}
+    roles: dict[int, str] = {}
     for step, name, pid, rss in samples:
         if step >= warmup:
-            series.setdefault((name, pid), []).append((step, rss))
+            series.setdefault((roles.setdefault(pid, name), pid), []).append((step, rss))
     return {k: (slope_per_100(v), v[-1][1], len(v)) for k, v in series.items()
             if len(v) >= 20 and v[-1][0] - v[0][0] >= 50}
 

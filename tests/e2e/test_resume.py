@@ -129,7 +129,7 @@ def test_sigterm_mid_rl_saves_the_step_in_flight_and_resume_matches(uninterrupte
     assert proc.poll() is None, "the run finished before the signal"
     proc.send_signal(signal.SIGTERM)  # RL step 1 in flight, or about to start
     sent, seen = time.monotonic(), _logged(run)
-    out, err = proc.communicate(timeout=2 * GRACE_S)
+    _, err = proc.communicate(timeout=2 * GRACE_S)
     took = time.monotonic() - sent
     assert proc.returncode == EXIT_PREEMPTED, err[-3000:]
     assert took < GRACE_S and "Traceback" not in err, (took, err[-3000:])
@@ -137,9 +137,9 @@ def test_sigterm_mid_rl_saves_the_step_in_flight_and_resume_matches(uninterrupte
     logged = sorted(_metrics(run))
     saved = _latest_step(run)
     assert seen <= saved <= seen + 1 and logged == list(range(saved)), (seen, saved, logged)  # none lost
-    verify_checkpoint(run / "checkpoints" / f"step_{saved:06d}")
-    assert f"parallax: stopped by SIGTERM, {saved} steps done: checkpoint {run / 'checkpoints' / f'step_{saved:06d}'} " \
-           "written and verified" in err
+    ckpt = run / "checkpoints" / f"step_{saved:06d}"
+    verify_checkpoint(ckpt)
+    assert f"parallax: stopped by SIGTERM, {saved} steps done: checkpoint {ckpt} written and verified" in err
     resume = err.split("To continue: ", 1)[1].split("\n", 1)[0]
     assert resume.startswith("python -m orchestrator ") and resume.endswith(f"hydra.run.dir={run} resume=auto")
 

@@ -205,10 +205,10 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
     timeout = cfg.cluster.start_timeout_s
     learner_hint = (f"model load, DeepSpeed init; a torch extension build lock left by a killed run waits up to "
                     f"300 s before it is cleared ({extensions_dir()}/*/*/lock)")
-    if r.colocate:
+    if r.colocate and lcfg.num_gpus:
         # the learners hold their share of each GPU before an engine is built there: vLLM sizes its KV cache
         # from the memory it finds free while it profiles, and DeepSpeed moving a model onto the same GPU
-        # meanwhile makes that a moving figure (or fails vLLM's profiling check)
+        # meanwhile makes that a moving figure (or fails vLLM's profiling check). CPU-only runs start both at once
         learner.wait_ready(timeout, learner_hint)
     rollout = RolloutGroup(
         "rollout", RolloutWorker, r.num_actors, pg, off["rollout"], r.num_cpus, r.num_gpus * share,

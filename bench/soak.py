@@ -80,14 +80,15 @@ def slope_per_100(points: list[tuple[int, float]]) -> float:
     return 100 * sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
 
 
-def rss_slopes(samples: list, warmup: int) -> dict[tuple[str, int], tuple[float, float, int]]:
-    """(process, pid) -> (slope in MB per 100 steps, last RSS in MB, samples) after the warm-up."""
+def rss_slopes(samples: list, warmup: int) -> dict[tuple[str, int], tuple[float, float, int, float]]:
+    """(process, pid) -> (slope in MB per 100 steps, last RSS in MB, samples, the slope over the second half
+    of them: near the whole one, steady growth; near 0, growth that has settled) after the warm-up."""
     series: dict[tuple[str, int], list[tuple[int, float]]] = {}
     roles: dict[int, str] = {}
     for step, name, pid, rss in samples:
         if step >= warmup:
             series.setdefault((roles.setdefault(pid, name), pid), []).append((step, rss))
-    return {k: (slope_per_100(v), v[-1][1], len(v)) for k, v in series.items()
+    return {k: (slope_per_100(v), v[-1][1], len(v), slope_per_100(v[len(v) // 2:])) for k, v in series.items()
             if len(v) >= 20 and v[-1][0] - v[0][0] >= 50}
 
 
@@ -135,6 +136,7 @@ def main() -> None:
     ap.add_argument("--rss-every", type=float, default=2.0, help="seconds between RSS samples")
     ap.add_argument("--warmup", type=int, default=50, help="steps before the RSS slope is fitted")
     ap.add_argument("--rss-bound", type=float, default=1.0, help="MB per 100 steps that counts as flat")
+    ap.add_argument("--rss-out", type=Path, help="write every RSS sample here (JSON lines)")
     args = ap.parse_args()
 
     run = Path(tempfile.mkdtemp(prefix="parallax-soak-")) / "run"
@@ -184,10 +186,13 @@ def main() -> None:
           f"{proc.returncode:>3} {wall:>7.0f}")
     if proc.returncode != 0:
         print(out[-3000:], file=sys.stderr)
+    if args.rss_out:
+        args.rss_out.write_text("".join(json.dumps({"step": st, "process": nm, "pid": pid, "rss_mb": round(mb, 2)})
+                                        + "\n" for st, nm, pid, mb in rss))
     slopes = rss_slopes(rss, args.warmup)
-    for (name, pid), (slope, last, n_samples) in sorted(slopes.items()):
+    for (name, pid), (slope, last, n_samples, late) in sorted(slopes.items()):
         print(f"rss {name:>14} pid {pid:>7}: {last:7.0f} MB at the end, {slope:+7.2f} MB per 100 steps "
-              f"({n_samples} samples after step {args.warmup})")
+              f"({late:+.2f} over the second half; {n_samples} samples after step {args.warmup})")
     driver = [v for (name, _), v in slopes.items() if name == "driver"]
     actors = [v[0] for (name, _), v in slopes.items() if name != "driver"]
     worst_actor = max(actors, key=abs) if actors else None

@@ -11,7 +11,8 @@ cost: every RL step logged once, each with exactly prompts x n samples, and ever
 
 Memory: every `--rss-every` seconds it records the resident set size of the driver and of each actor
 process (learner, rollout, reward) against the step the run is at, and fits a line to each process's
-samples after the warm-up (`--warmup` steps): the slope, in MB per 100 steps, is what a long run would
+samples after the warm-up (`--warmup` steps) and before the last step (the run's end: its final save and
+plot): the slope, in MB per 100 steps, is what a long run would
 grow by. The driver's and the largest actor's slopes are in the JSON line, with `rss_flat`: both within
 `--rss-bound` MB per 100 steps (a restarted actor starts a new series; series under 20 samples are left out).
 
@@ -85,8 +86,9 @@ def rss_slopes(samples: list, warmup: int) -> dict[tuple[str, int], tuple[float,
     of them: near the whole one, steady growth; near 0, growth that has settled) after the warm-up."""
     series: dict[tuple[str, int], list[tuple[int, float]]] = {}
     roles: dict[int, str] = {}
+    end = max((step for step, *_ in samples), default=0)  # the last step's samples: the run's end (plot, save)
     for step, name, pid, rss in samples:
-        if step >= warmup:
+        if warmup <= step < end:
             series.setdefault((roles.setdefault(pid, name), pid), []).append((step, rss))
     return {k: (slope_per_100(v), v[-1][1], len(v), slope_per_100(v[len(v) // 2:])) for k, v in series.items()
             if len(v) >= 20 and v[-1][0] - v[0][0] >= 50}
@@ -135,7 +137,7 @@ def main() -> None:
     ap.add_argument("--max-staleness", type=int, default=0, help="trainer.max_staleness (the pipeline)")
     ap.add_argument("--rss-every", type=float, default=2.0, help="seconds between RSS samples")
     ap.add_argument("--warmup", type=int, default=50, help="steps before the RSS slope is fitted")
-    ap.add_argument("--rss-bound", type=float, default=1.0, help="MB per 100 steps that counts as flat")
+    ap.add_argument("--rss-bound", type=float, default=2.0, help="MB per 100 steps that counts as flat")
     ap.add_argument("--rss-out", type=Path, help="write every RSS sample here (JSON lines)")
     args = ap.parse_args()
 

@@ -39,7 +39,9 @@ def start_cluster(cfg: ClusterConfig) -> None:
         if cfg.loopback:
             bind_loopback()
         extra = {"_metrics_export_port": cfg.metrics_export_port} if cfg.metrics_export_port else {}
-        ray.init(num_cpus=cfg.num_cpus, include_dashboard=cfg.include_dashboard,
+        # address="local": a cluster of this run's own, never one another process left on this machine
+        # (Ray otherwise joins the newest `ray start --head` it finds, and refuses num_cpus there)
+        ray.init(address="local", num_cpus=cfg.num_cpus, include_dashboard=cfg.include_dashboard,
                  dashboard_host=cfg.dashboard_host, runtime_env={"env_vars": env}, log_to_driver=True,
                  _system_config={"metrics_report_interval_ms": 2000}, **extra)
         print(f"Ray metrics (Prometheus): http://{ray.util.get_node_ip_address()}:{metrics_port()}/metrics", flush=True)

@@ -320,7 +320,10 @@ def run(cfg: ParallaxConfig) -> dict[str, Any]:
     FailureConfig. Without, the error names the actor."""
     t0 = time.perf_counter()
     failures = 0
-    stops = StopSignals.begin(grace_s())
+    try:
+        stops = StopSignals.begin(grace_s())
+    except ValueError as e:  # PARALLAX_GRACE_S that is not a number of seconds
+        raise SetupError(str(e)) from None
     try:
         while True:
             trainer = Trainer(cfg)

@@ -178,7 +178,12 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
     from actors.reward_worker import RewardWorker
     from actors.rollout import RolloutWorker
 
+    from transformers import AutoTokenizer
+
     r, w, lcfg = cfg.rollout, cfg.reward, cfg.learner
+    # the reward's lengths and critical paths (PA-GRPO's T) count the model's tokens, a decode step each:
+    # in the format's words a tag is 1 and `17*8=136` is 1, so a fork that saves tokens can look longer
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
     pg, off = reserve(bundle_specs(cfg), cfg.cluster.placement_strategy, name=f"parallax/{run_name}",
                       timeout_s=cfg.cluster.placement_timeout_s)
     # colocated: learner rank i and engine i take half of their bundle's GPU each, so Ray gives both its id
@@ -218,7 +223,8 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
                        "fmt": cfg.data.spec, **files}, prefix, max_restarts=cfg.cluster.max_restarts)
     reward = RewardActorGroup(
         "reward", RewardWorker, w.num_actors, pg, off["reward"], w.num_cpus, 0.0,
-        lambda i: {"reward": w.name, "params": dict(w.params), "workers": 1, "timeout_s": w.timeout_s}, prefix,
+        lambda i: {"reward": w.name, "params": dict(w.params), "workers": 1, "timeout_s": w.timeout_s,
+                   "tokenizer": tokenizer}, prefix,
         max_restarts=cfg.cluster.max_restarts)
     # every constructor returned, or an error naming the actor: the first call never waits on a dead one
     rollout.wait_ready(timeout, "model load and engine start-up (vLLM: KV cache allocation, warm-up)")

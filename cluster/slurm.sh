@@ -19,12 +19,16 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node=8
 #SBATCH --cpus-per-task=64
+# all of the node's memory: the driver packs the model and the actors hold engines, learners and their copies
+#SBATCH --mem=0
 #SBATCH --time=48:00:00
 #SBATCH --signal=B:USR1@300
 #SBATCH --requeue
 #SBATCH --open-mode=append
 set -euo pipefail
 [ $# -gt 0 ] || set -- +experiment=paper/parallel_r1_seen
+# the data's place, as every launcher names it (the paper experiment's SFT stage reads Parallel-GSM8K there)
+export PARALLAX_DATA_DIR="${PARALLAX_DATA_DIR:-$PWD/data}"
 nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
 head=${nodes[0]}
 head_ip=$(srun --nodes=1 --ntasks=1 -w "$head" hostname --ip-address | awk '{print $1}')

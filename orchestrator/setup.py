@@ -193,10 +193,19 @@ def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
     on_rank0 = _rendezvous.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
         pg, placement_group_bundle_index=off["learner"]))
     local = one_node(pg)
-    addr, (port, _), tmp = ray.get(on_rank0.remote())
+    wait_s = cfg.cluster.start_timeout_s
+
+    def rendezvous() -> tuple:  # bounded: a node that never runs the task is named, not waited on forever
+        try:
+            return ray.get(on_rank0.remote(), timeout=wait_s)
+        except ray.exceptions.GetTimeoutError:
+            raise TimeoutError(f"the rendezvous task on learner rank 0's bundle did not run within {wait_s:.0f} s "
+                               "(cluster.start_timeout_s): the node that holds it is busy or lost") from None
+
+    addr, (port, _), tmp = rendezvous()
 
     def sync_store() -> str:  # a fresh store each time the weight-sync group forms (after a lost engine)
-        ip, (_, sync_port), tmp = ray.get(on_rank0.remote())
+        ip, (_, sync_port), tmp = rendezvous()
         return store_address(local, ip, sync_port, tmp, f"{run_name}-sync")
 
     sync = make_weight_sync(r.weight_sync, sync_store)  # the members decide gloo or NCCL when it forms

@@ -174,11 +174,11 @@ def bundle_specs(cfg: ParallaxConfig) -> list[BundleSpec]:
 def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
     """Reserve one placement group and create the rollout, reward and learner actors on it; colocated
     engines (`rollout.colocate`) only once every learner is ready on the GPU they share."""
+    from transformers import AutoTokenizer
+
     from actors.learner import LearnerWorker
     from actors.reward_worker import RewardWorker
     from actors.rollout import RolloutWorker
-
-    from transformers import AutoTokenizer
 
     r, w, lcfg = cfg.rollout, cfg.reward, cfg.learner
     # the reward's lengths and critical paths (PA-GRPO's T) count the model's tokens, a decode step each:

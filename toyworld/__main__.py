@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--family", default="mixed", choices=FAMILY_CHOICES)
         p.add_argument("-n", type=int, default=n)
         p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--difficulty", type=_difficulty, default=1, help="int, comma list (1,2,3) or per family (subtask:1,trial:6/7)")
+        p.add_argument("--difficulty", type=_difficulty, default=1,
+                       help="int, comma list (1,2,3) or per family (subtask:1,trial:6/7)")
     stats.add_argument("--tokenizer", default=None,
                        help="a Hugging Face tokenizer directory whose tokens to count (a tiny run's model_init/: "
                             "digits one token each); default: the format module's words")

@@ -17,9 +17,9 @@ from contract.config import DataConfig
 def load_problems(cfg: DataConfig) -> tuple[list, list]:
     """Train and held-out problems for the configured source."""
     if cfg.source == "toyworld":
-        import toyworld
-
         from dataclasses import replace
+
+        import toyworld
 
         return toyworld.make_splits(cfg.n_train, cfg.n_test, cfg.seed, toyworld.as_difficulty(cfg.difficulty),
                                     family=cfg.family,

@@ -68,20 +68,25 @@ def smoke_run(tmp_path_factory) -> SmokeRun:
            "logging.progress_bar=true", f"cluster.metrics_export_port={port}", "cluster.include_dashboard=true",
            "learner.num_actors=2", "rollout.colocate=true", "rollout.num_actors=2", "rollout.sleep_level=2",
            f"hydra.run.dir={run_dir}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    root = psutil.Process(proc.pid)
-    run = SmokeRun(run_dir, -1, "", "", port)
-    deadline = time.time() + 900
-    while proc.poll() is None and time.time() < deadline:
-        run.scraped |= _scrape(port)
-        run.sockets |= listeners(root)
-        try:
-            run.names |= {p.name() for p in root.children(recursive=True) if p.is_running()}
-        except psutil.Error:  # a process ended while listed
-            pass
-        time.sleep(0.5)
-    if proc.poll() is None:
-        proc.kill()
-    run.stdout, run.stderr = proc.communicate(timeout=60)
-    run.returncode = proc.returncode
+    # the run's output goes to files: a pipe nobody reads until the end would stop the run once it filled
+    out_path, err_path = run_dir.parent / "stdout.txt", run_dir.parent / "stderr.txt"
+    with out_path.open("w") as out, err_path.open("w") as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err, text=True)
+        root = psutil.Process(proc.pid)
+        run = SmokeRun(run_dir, -1, "", "", port)
+        deadline = time.time() + 900
+        while proc.poll() is None and time.time() < deadline:
+            t0 = time.process_time()
+            run.scraped |= _scrape(port)
+            run.sockets |= listeners(root)
+            try:
+                run.names |= {p.name() for p in root.children(recursive=True) if p.is_running()}
+            except psutil.Error:  # a process ended while listed
+                pass
+            # the polling is this process's CPU, taken from the run's 2 cores: at most ~1/10 of one
+            time.sleep(max(0.5, 10 * (time.process_time() - t0)))
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=60)
+    run.stdout, run.stderr, run.returncode = out_path.read_text(), err_path.read_text(), proc.returncode
     return run

@@ -8,20 +8,22 @@ import psutil
 
 
 def listeners(root: psutil.Process) -> dict[tuple[str, int], str]:
-    """(ip, port) -> process name, for every socket listening in `root`'s process tree."""
-    out = {}
+    """(ip, port) -> process name, for every socket listening in `root`'s process tree.
+
+    One system-wide listing filtered by the tree's pids: asking each process for its own sockets parses the
+    kernel's socket tables once per process (0.18 s of CPU a call against 0.018 s over a Ray cluster of 22
+    processes), and a fixture polling that every half second took the smoke run from 84 s to 156 s."""
     try:
-        procs = [root, *root.children(recursive=True)]
+        procs = {p.pid: p for p in [root, *root.children(recursive=True)]}
     except psutil.NoSuchProcess:
-        return out
-    for p in procs:
-        try:
-            name = p.name()
-            for c in p.net_connections(kind="inet"):
-                if c.status == psutil.CONN_LISTEN:
-                    out[(c.laddr.ip, c.laddr.port)] = name
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
+        return {}
+    out = {}
+    for c in psutil.net_connections(kind="inet"):
+        if c.status == psutil.CONN_LISTEN and c.pid in procs:
+            try:
+                out[(c.laddr.ip, c.laddr.port)] = procs[c.pid].name()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
     return out
 
 

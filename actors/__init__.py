@@ -1,4 +1,6 @@
-"""Ray actors: the only place `ray.remote` is applied (`group.py`), around plain worker classes.
+"""Ray actors: the only place `ray.remote` makes an actor (`group.py`), around plain worker classes
+(Parallax's two Ray tasks, `orchestrator.setup`'s rendezvous and `evaluation.builder`'s shards, are made
+where they run).
 
 * `rollout.py`: an engine (engines/) and, for the parallel modes, an executor (parallel/);
 * `reward_worker.py`: batch reward scoring (`rewards.scorer`);

@@ -1,4 +1,4 @@
-"""Ray actor groups: the one place `ray.remote` is applied to the plain worker classes.
+"""Ray actor groups: the one place `ray.remote` is applied to a class, the plain worker classes.
 
 Each group holds N named actors placed on the bundles of one placement group. Its
 `async_*` methods return lists of ObjectRefs; the driver decides when to `ray.get`.

@@ -15,8 +15,7 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from contract.batch import Prompt, SFTBatch, TrainBatch
-from contract.seeds import chunk_seed
+from contract.batch import SFTBatch, TrainBatch
 
 
 @dataclass
@@ -116,10 +115,7 @@ def split_chunks(items: list, k: int) -> list[list]:
 
 
 class RolloutGroup(ActorGroup):
-    def async_generate(self, prompts: list[Prompt], n: int, seed: int, greedy: bool = False) -> list[ray.ObjectRef]:
-        """Prompts split across actors; each returns its prompts' trajectories, prompt-major."""
-        return [a.generate.remote(chunk, n, chunk_seed(seed, i), greedy)
-                for i, (a, chunk) in enumerate(zip(self.actors, split_chunks(prompts, len(self.actors)))) if chunk]
+    """The rollout actors; a step's generation is dispatched over them by `orchestrator.generation`."""
 
 
 class RewardActorGroup(ActorGroup):

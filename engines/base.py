@@ -21,7 +21,10 @@ ENGINES: dict[str, str] = {
 
 
 class Engine(Protocol):
-    """What the rollout worker and the request executor use of an engine."""
+    """What the rollout worker and the request executor use of an engine.
+
+    An engine that also takes requests one by one (vLLM) says `streams = True` and has `submit`, `poll`
+    and `abort`, which the request executor's async driver uses (`parallel/requests.py`, `_run_async`)."""
 
     tokenizer: Any  # the model's Hugging Face tokenizer (tags are single tokens)
     eos_id: int
@@ -67,24 +70,6 @@ class Engine(Protocol):
 
     def wake_up(self, tags: list[str] | None = None) -> None:
         """Memory back, for `tags` ("weights", then "kv_cache"; None: both)."""
-
-
-class StreamingEngine(Engine, Protocol):
-    """An engine that also takes requests one by one (vLLM): the request executor's async driver
-    (`rollout.executor.driver`) submits each request on its own and polls for finished ones, so a
-    branch that ends early never waits for a round."""
-
-    streams: bool  # True
-
-    def submit(self, key: int, prompt: list[int], params: SamplingParams, limit: int,
-               grammar: str | None = None, processor=None) -> None:
-        """Queue one request under the caller's `key`; `limit` its max new tokens, `grammar` as in generate."""
-
-    def poll(self) -> list[tuple[int, Completion]]:
-        """Advance the engine one step; the (key, completion) of every submitted request that finished."""
-
-    def abort(self, keys: list[int]) -> None:
-        """Drop submitted requests whose output is no longer wanted."""
 
 
 def engine_class(name: str) -> type:

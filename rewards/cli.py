@@ -33,10 +33,6 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     gc = sub.add_parser("goldcheck", help="verify every gold answer of the real data against itself")
     gc.add_argument("--data-dir", default=None)
     gc.add_argument("--workers", type=int, default=2)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["score"]:
-        print("error: scoring a file moved to `python -m evaluation score` (same arguments)", file=sys.stderr)
-        return 2
     args = ap.parse_args(argv)
     try:
         if args.cmd == "list":

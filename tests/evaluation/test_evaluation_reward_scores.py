@@ -68,12 +68,3 @@ def test_python_dash_m_rewards_list():
     assert r.returncode == 0, r.stderr
     names = [json.loads(x)["reward"] for x in r.stdout.splitlines()]
     assert "pa_grpo" in names and "s2" in names
-
-
-@pytest.mark.parametrize("argv", [["formats", "stats", "x.jsonl"], ["rewards", "score", "x.jsonl"]])
-def test_the_old_file_commands_say_where_they_went(argv):
-    """`python -m formats stats` and `python -m rewards score` read files, so they moved above the data
-    package; the old spelling names the new one and fails, never runs something else."""
-    r = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, check=False)
-    assert r.returncode == 2 and f"python -m evaluation {argv[1]}" in r.stderr, r.stderr

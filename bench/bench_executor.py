@@ -1,6 +1,6 @@
 """Benchmark: executed branches vs sequential decoding of the same trajectories, and grammar cost.
 
-The tiny model (random weights) is driven by `parallel.replay.Replay` to write toyworld
+The tiny model (random weights) is driven by `Replay` (tests/doubles/replay.py) to write toyworld
 Parason teacher traces, so both modes produce exactly the same tokens (checked) and only the
 execution differs:
 
@@ -56,9 +56,12 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.append(os.path.join(ROOT, "tests"))  # the tests' replay double (tests/doubles/replay.py)
 
 import torch
+from doubles.replay import Replay, role_scripts, sequential_script
 
 import toyworld
 from contract.batch import SamplingParams
@@ -66,7 +69,6 @@ from contract.config import ExecutorConfig
 from engines.decode_kv import KVDecoder
 from formats import parse
 from parallel.kv import KVExecutor
-from parallel.replay import Replay, role_scripts, sequential_script
 
 
 def timed_run(model, tok, problems, mode: str, grammar: bool, repeat: int, speculative: bool = True):

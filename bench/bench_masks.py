@@ -44,7 +44,9 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.append(os.path.join(ROOT, "tests"))  # the tests' replay double (tests/doubles/replay.py)
 
 from contract.batch import ExecutionRecord
 from layouts import masks
@@ -210,6 +212,7 @@ def run_step(args) -> None:
 def run_consistency(args) -> None:
     import tempfile
 
+    from doubles.replay import Replay
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import toyworld
@@ -219,7 +222,6 @@ def run_consistency(args) -> None:
     from layouts import build_train_batch
     from layouts.teacher import teacher_role_scripts
     from parallel.kv import KVExecutor
-    from parallel.replay import Replay
     from tinylm import TinyModelConfig, build_tiny_model
 
     path = build_tiny_model(

@@ -43,9 +43,12 @@ import tempfile
 import time
 from functools import partial
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.append(os.path.join(ROOT, "tests"))  # the tests' replay double (tests/doubles/replay.py)
 
 import torch
+from doubles.replay import Replay, role_scripts, sequential_script
 
 import toyworld
 from contract.batch import SamplingParams, Trajectory
@@ -53,7 +56,6 @@ from contract.config import ExecutorConfig
 from formats import parse
 from layouts import build_train_batch
 from parallel.kv import KVExecutor
-from parallel.replay import Replay, role_scripts, sequential_script
 from parallel.requests import RequestExecutor
 
 

@@ -39,7 +39,7 @@ class Engine(Protocol):
         grammar: an EBNF grammar (`formats.ebnf`) for every prompt, or one per prompt (None: free),
             applied as the engine's structured outputs (vLLM) or a token bitmask (hf).
         processor: (tokens each row generated so far, logits / T [B, V]) -> the logits a token is
-            drawn from; test doubles only (`parallel.replay`), the hf engine alone takes one.
+            drawn from; test doubles only (`tests/doubles/replay.py`), the hf engine alone takes one.
         """
 
     def load_weights(self, state_dict: dict[str, Any]) -> None:

@@ -1,8 +1,8 @@
 """A vLLM logits processor that makes a request write a given script (tests and benchmarks only).
 
-The vLLM counterpart of `parallel.replay.Replay` on the hf engine: vLLM runs logits processors in its
-worker process, so a request carries its script (`SamplingParams.extra_args["parallax_script"]`: the
-tokens it must write, the last one its stop) and this processor pins the next one at every step; the
+The vLLM counterpart of the tests' `Replay` (tests/doubles/replay.py) on the hf engine: vLLM runs logits
+processors in its worker process, so a request carries its script (`SamplingParams.extra_args["parallax_script"]`:
+the tokens it must write, the last one its stop) and this processor pins the next one at every step; the
 model forward, KV cache, prefix caching and scheduling stay vLLM's own. Loaded by vLLM through
 `VLLMEngine(script_processor=True)` (`logits_processors=["engines.script_vllm:ScriptProcessor"]`).
 """

@@ -198,7 +198,7 @@ class VLLMEngine:
         if processor is None:
             return [None] * n
         if not (self.scripted and hasattr(processor, "scripts")):
-            raise NotImplementedError("vLLM runs no callback processor: only a script (parallel.replay.Replay) on "
+            raise NotImplementedError("vLLM runs no callback processor: only a script (tests/doubles/replay.py) on "
                                       "an engine built with script_processor=True; other test processors need hf")
         return processor.scripts
 

@@ -3,7 +3,7 @@
 `teacher_record` replays a teacher tree over the trace's tokens exactly as the executor would
 emit it (forks, branch positions, forced tags and Parason thread headers), so SFT of the
 structured variant trains the layout the engine will run; `teacher_role_scripts` gives what each
-executor request emits, for replay (`parallel.replay.Replay`). 
+executor request emits, for replay (the tests' `Replay`, `tests/doubles/replay.py`).
 """
 
 from __future__ import annotations

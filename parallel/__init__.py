@@ -5,8 +5,10 @@
 * `base.py`: the bookkeeping both executors share (trajectories, chains, groups, caps, fork/join);
 * `kv.py`: the KV executor, one decode loop that forks the prefix KV and merges branch KV at a join
   (hf engine), over `rows.py`'s batch of rows;
-* `requests.py`: the request executor, whole engine requests that stop where it acts (any engine);
-* `replay.py`: the replay test double (a processor that makes any model write a known script).
+* `requests.py`: the request executor, whole engine requests that stop where it acts (any engine).
+
+Both executors take an optional logits processor (`base.Processor`): the tests' replay double
+(`tests/doubles/replay.py`) makes any model write a known script through it.
 
 What the records mean for the learner: `contract.batch.ExecutionRecord`.
 """

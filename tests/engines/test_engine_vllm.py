@@ -262,11 +262,12 @@ def test_vllm_async_driver_starts_requests_while_others_decode(engine):
     """No rounds: branches and continuations go in while requests submitted earlier still decode (a
     round would wait for all of them), with no generate call. Toy-world teacher traces pinned in vLLM's
     workers (`engines/script_vllm.py`) make the forks certain; every trajectory is its trace."""
+    from doubles.replay import Replay, role_scripts  # tests/ is on sys.path
+
     import toyworld
     from contract.batch import SamplingParams
     from contract.config import ExecutorConfig
     from formats import parse, render
-    from parallel.replay import Replay, role_scripts
     from parallel.requests import RequestExecutor
 
     tok = engine.tokenizer

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from doubles.replay import Replay  # tests/ is on sys.path
 
 import toyworld
 from contract.batch import SamplingParams, Trajectory
@@ -19,7 +20,6 @@ from layouts import build_train_batch, masks
 from layouts.structured import structured_sft_batch
 from layouts.teacher import teacher_record, teacher_role_scripts
 from layouts.threadweaver import threadweaver_train_batch
-from parallel.replay import Replay
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Parallel executor: fork/join structure, records, caps, and executed == sequential on a replayed script.
 
-A random tiny model is driven by `parallel.replay.Replay`, a logits processor that makes
+A random tiny model is driven by `Replay` (`tests/doubles/replay.py`), a logits processor that makes
 each request emit the tokens of a known script (the model, KV cache, batching, positions and
 record are all real). Scripts are teacher traces from toyworld or hand-built `formats` trees
 (with Parason thread headers, which the executor forces), split per request role by `role_scripts`.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from doubles.replay import Replay, role_scripts  # tests/ is on sys.path
 
 import toyworld
 from contract.batch import ExecutionRecord, SamplingParams
@@ -26,7 +27,6 @@ from formats import (
     with_thread_headers,
 )
 from parallel.kv import KVExecutor
-from parallel.replay import Replay, role_scripts
 
 
 def run(model, tok, trees, fmt, mode, prompts=None, max_new_tokens=200, **cfg):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from doubles.replay import Replay, role_scripts, sequential_script  # tests/ is on sys.path
 
 import toyworld
 from contract.batch import SamplingParams, Trajectory
@@ -18,7 +19,6 @@ from contract.config import ExecutorConfig
 from formats import THREAD_HEADER_SEP, parse, thread_header
 from layouts import masks
 from parallel.kv import KVExecutor
-from parallel.replay import Replay, role_scripts, sequential_script
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from doubles.replay import Replay, role_scripts, sequential_script  # tests/ is on sys.path
 from test_executor import LONG, nested_tree
 
 import toyworld
@@ -22,7 +23,6 @@ from engines.hf import HFEngine
 from formats import parse, render
 from layouts import build_train_batch
 from parallel.kv import KVExecutor
-from parallel.replay import Replay, role_scripts, sequential_script
 from parallel.requests import MAX_REDRAWS, RequestExecutor
 
 

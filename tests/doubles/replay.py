@@ -1,10 +1,11 @@
-"""Replay: a logits processor that makes any model emit a known script (tests and the bench).
+"""Replay: a logits processor that makes any model emit a known script (tests and the benches).
 
 A random tiny model driven by `Replay` writes teacher traces token by token while everything
 else — the model forward, KV cache, batching, forks, joins, positions, the record — is real.
 `role_scripts` splits a trace (a `formats` tree) into what each executed request emits;
 `layouts.teacher.teacher_role_scripts` does the same for a teacher trace's text. The one replay
-test double of the tests and the benches; engines take it through `parallel.base.engine_processor`.
+test double of the tests and the benches; engines take it through `parallel.base.engine_processor`,
+and vLLM, which runs no callback in its workers, takes its scripts (`engines/script_vllm.py`).
 """
 
 from __future__ import annotations

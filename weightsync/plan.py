@@ -55,12 +55,6 @@ def aliases(state: dict[str, torch.Tensor]) -> dict[str, str]:
     return out
 
 
-def unique_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The state dict without aliases, in order: what is sent (each alias is re-created by the receiver)."""
-    tied = aliases(state)
-    return {k: v for k, v in state.items() if k not in tied}
-
-
 @dataclass(frozen=True)
 class SyncPlan:
     """What one sync sends: the buckets in order, and the aliases the receiver re-creates."""
@@ -87,12 +81,6 @@ def plan_buckets(metas: Iterable[TensorMeta], bucket_bytes: int) -> list[Bucket]
     if cur:
         buckets.append(Bucket(tuple(cur)))
     return buckets
-
-
-def plan_for(state: dict[str, torch.Tensor], bucket_bytes: int) -> SyncPlan:
-    metas = [TensorMeta(k, str(v.dtype).removeprefix("torch."), tuple(v.shape))
-             for k, v in unique_tensors(state).items()]
-    return SyncPlan(tuple(plan_buckets(metas, bucket_bytes)), tuple(aliases(state).items()))
 
 
 def plan_named(named: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int, dtype: str | None = None) -> SyncPlan:

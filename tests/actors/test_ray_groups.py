@@ -147,10 +147,11 @@ def test_two_zero3_learners_match_one_learner(ray_cluster, tiny_model_path, tmp_
     time (never the whole model), and its weights -- the state dict, and what the collective sync
     sends -- equal ZeRO-1's bit for bit. Data parallel over gloo: 2 ranks x half the batch == 1 rank x
     the whole batch."""
+    from doubles.plans import plan_for  # tests/ is on sys.path
     from ray.util import remove_placement_group
 
     from weightsync.group import SyncGroup
-    from weightsync.plan import plan_for, plan_from_wire
+    from weightsync.plan import plan_from_wire
 
     def _walk(worker, bucket_bytes):
         """On a learner (defined here: Ray pickles it by value): its export plan, and per bucket the

@@ -79,7 +79,7 @@ def test_vllm_collective_sync_equals_a_transformers_forward(engine, tiny_model_p
 
     from contract.batch import SamplingParams
     from weightsync.group import SyncGroup
-    from weightsync.plan import plan_for, plan_to_wire
+    from weightsync.plan import plan_named, plan_to_wire
 
     tok = engine.tokenizer
     prompt, params = tok.encode("Q: 1\nA:"), SamplingParams(max_new_tokens=8, greedy=True)
@@ -88,7 +88,7 @@ def test_vllm_collective_sync_equals_a_transformers_forward(engine, tiny_model_p
     g = torch.Generator().manual_seed(0)  # every tensor moves: a weight left stale shows in the logprobs
     new = {k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in sd.items() if k != "lm_head.weight"}
     new["lm_head.weight"] = new["model.embed_tokens.weight"]  # tied, as the learner's module has it
-    port, plan = _free_port(), plan_for(new, bucket_bytes=1 << 18)  # several buckets
+    port, plan = _free_port(), plan_named(new.items(), bucket_bytes=1 << 18)  # several buckets
     assert len(plan.buckets) > 1 and plan.aliases == (("lm_head.weight", "model.embed_tokens.weight"),)
     box = {}
     opener = threading.Thread(target=lambda: box.update(g=SyncGroup(f"tcp://127.0.0.1:{port}", 0, 2, "gloo", 60)))
@@ -138,7 +138,7 @@ def test_vllm_loads_the_buffers_a_learner_rank_staged_on_its_device(engine, tiny
 
     from contract.batch import SamplingParams
     from weightsync.handoff import share
-    from weightsync.plan import pack, plan_for, plan_to_wire
+    from weightsync.plan import pack, plan_named, plan_to_wire
 
     tok = engine.tokenizer
     prompt, params = tok.encode("Q: 3\nA:"), SamplingParams(max_new_tokens=8, greedy=True)
@@ -146,7 +146,7 @@ def test_vllm_loads_the_buffers_a_learner_rank_staged_on_its_device(engine, tiny
     g = torch.Generator().manual_seed(2)
     new = {k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in sd.items() if k != "lm_head.weight"}
     new["lm_head.weight"] = new["model.embed_tokens.weight"]  # tied, as the learner's module has it
-    plan = plan_for(new, bucket_bytes=1 << 18)
+    plan = plan_named(new.items(), bucket_bytes=1 << 18)
     staged = [pack(b, new, "cpu", view=False) for b in plan.buckets]  # the learner rank's, kept until loaded
     try:
         assert engine.receive_shared([share(b) for b in staged], plan_to_wire(plan)) == plan.nbytes

@@ -28,11 +28,12 @@ def engine(tiny_model_path):
 
 
 def test_nccl_sync_equals_a_transformers_forward(engine, tiny_model_path):
+    from doubles.plans import plan_for  # tests/ is on sys.path
     from transformers import AutoModelForCausalLM
 
     from contract.batch import SamplingParams
     from weightsync.group import SyncGroup
-    from weightsync.plan import plan_for, plan_to_wire
+    from weightsync.plan import plan_to_wire
 
     tok = engine.tokenizer
     prompt, params = tok.encode("Q: 1\nA:"), SamplingParams(max_new_tokens=8, greedy=True)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from weightsync.handoff import handoff_pairs, share
-from weightsync.plan import pack, plan_for, plan_to_wire
+from weightsync.plan import pack, plan_named, plan_to_wire
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ sys.stdout.buffer.write(pickle.dumps((n, got)))
 def _handed_over(state: dict, device: str) -> tuple[int, dict, int]:
     import pickle
 
-    plan = plan_for(state, bucket_bytes=600)
+    plan = plan_named(state.items(), bucket_bytes=600)
     bufs = [pack(b, {k: v.to(device) for k, v in state.items()}, device, view=False) for b in plan.buckets]
     handles = [share(b) for b in bufs]  # the learner keeps `bufs` until the receiver has loaded
     out = subprocess.run([sys.executable, "-c", RECEIVER], input=pickle.dumps((handles, plan_to_wire(plan), device)),

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from weightsync.group import SyncGroup, loopback_only
-from weightsync.plan import plan_for
+from weightsync.plan import plan_named
 
 
 def _free_port() -> int:
@@ -24,7 +24,7 @@ def test_gloo_broadcast_reaches_every_receiver(store, tmp_path, state):
     """Rank 0 and two receivers in threads of this process (each its own gloo group member), over a
     FileStore (one node) and a TCPStore (several)."""
     address = f"file://{tmp_path / 'store'}" if store == "file" else f"tcp://127.0.0.1:{_free_port()}"
-    plan = plan_for(state, bucket_bytes=600)
+    plan = plan_named(state.items(), bucket_bytes=600)
     got: dict[int, dict] = {}
 
     def receiver(rank: int) -> None:
@@ -67,11 +67,11 @@ def test_one_node_stores_keep_to_loopback():
 _NCCL_MEMBER = """
 import sys, torch
 from weightsync.group import SyncGroup
-from weightsync.plan import plan_for
+from weightsync.plan import plan_named
 rank, address = int(sys.argv[1]), sys.argv[2]
 torch.cuda.set_device(0)  # both members on the one GPU, as a colocated engine and learner rank 0 would be
 state = {"w": torch.arange(12.0, device="cuda").reshape(3, 4)}
-plan = plan_for(state, bucket_bytes=1 << 20)
+plan = plan_named(state.items(), bucket_bytes=1 << 20)
 group = SyncGroup(address, rank, 2, "nccl", 20)
 if rank == 0:
     group.send(plan, state)

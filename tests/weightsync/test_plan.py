@@ -10,11 +10,9 @@ from weightsync.plan import (
     TensorMeta,
     pack,
     plan_buckets,
-    plan_for,
     plan_from_wire,
     plan_named,
     plan_to_wire,
-    unique_tensors,
     unpack,
 )
 
@@ -30,29 +28,29 @@ def test_plan_groups_consecutive_tensors_up_to_the_bucket_size():
 
 
 def test_tied_weights_are_sent_once_and_received_under_both_names(state):
-    assert list(unique_tensors(state)) == ["embed.weight", "norm.weight", "steps", "big.weight"]
-    plan = plan_for(state, 1 << 20)
+    plan = plan_named(state.items(), 1 << 20)
+    assert [m.name for b in plan.buckets for m in b.tensors] == ["embed.weight", "norm.weight", "steps", "big.weight"]
     assert plan.nbytes == 50 * 8 * 4 + 8 * 2 + 2 * 8 + 64 * 8 * 4
     assert plan.aliases == (("lm_head.weight", "embed.weight"),)
 
 
 def test_pack_then_unpack_is_byte_exact_for_every_dtype(state):
-    for bucket in plan_for(state, bucket_bytes=600).buckets:
+    for bucket in plan_named(state.items(), bucket_bytes=600).buckets:
         got = dict(unpack(bucket, pack(bucket, state)))
         for name, t in got.items():
             assert t.dtype == state[name].dtype and torch.equal(t, state[name]), name
-    assert plan_from_wire(plan_to_wire(plan_for(state, 600))) == plan_for(state, 600)
+    assert plan_from_wire(plan_to_wire(plan_named(state.items(), 600))) == plan_named(state.items(), 600)
 
 
 def test_tensors_back_to_back_in_one_storage_are_sent_from_their_own_memory():
     flat = torch.arange(24, dtype=torch.float32)  # as DeepSpeed flattens a module's parameters
     state = {"a": flat[:6].view(2, 3), "b": flat[6:10], "c": flat[10:24].view(7, 2)}
-    (bucket,) = plan_for(state, 1 << 20).buckets
+    (bucket,) = plan_named(state.items(), 1 << 20).buckets
     buf = pack(bucket, state)
     assert buf.data_ptr() == flat.data_ptr() and buf.numel() == 24 * 4  # a view: no copy
     assert all(torch.equal(t, state[k]) for k, t in unpack(bucket, buf.clone()))
     state["b"] = flat[7:11]  # a gap: packed by copy, still byte-exact
-    (bucket,) = plan_for(state, 1 << 20).buckets
+    (bucket,) = plan_named(state.items(), 1 << 20).buckets
     buf = pack(bucket, state)
     assert buf.data_ptr() != flat.data_ptr()
     assert all(torch.equal(t, state[k]) for k, t in unpack(bucket, buf))
@@ -88,7 +86,7 @@ def test_a_plan_in_the_engines_dtype_casts_floating_tensors_on_the_way(state):
     assert {m.name: m.dtype for b in plan.buckets for m in b.tensors} == {
         "embed.weight": "bfloat16", "norm.weight": "bfloat16", "steps": "int64", "big.weight": "bfloat16"}
     assert plan.nbytes == (50 * 8 + 8 + 64 * 8) * 2 + 2 * 8  # fp32 would be (400 + 512) * 4 + 16 + 16
-    assert plan_named(named, 600, "float32").nbytes == plan_for(state, 600).nbytes + 8 * 2  # norm up to fp32
+    assert plan_named(named, 600, "float32").nbytes == plan_named(named, 600).nbytes + 8 * 2  # norm up to fp32
     for bucket in plan.buckets:
         for name, t in unpack(bucket, pack(bucket, state).clone()):
             want = state[name].to(torch.bfloat16) if state[name].is_floating_point() else state[name]

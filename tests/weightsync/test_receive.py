@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from weightsync.plan import plan_for
+from weightsync.plan import plan_named
 from weightsync.receive import copy_into, load_state, load_state_file, state_file
 
 
@@ -28,7 +28,7 @@ def _learner_state() -> dict[str, torch.Tensor]:
 def test_copy_into_puts_every_tensor_in_place_and_the_tied_head_follows():
     model, sent = Tied(), _learner_state()
     sent["lm_head.weight"] = sent["embed.weight"]  # tied on the learner too: one tensor, two names
-    plan = plan_for(sent, 1 << 20)
+    plan = plan_named(sent.items(), 1 << 20)
     with torch.no_grad():
         copy_into(model.state_dict(), iter(sent.items()), plan)
     assert all(torch.equal(v, sent[k]) for k, v in model.state_dict().items())
@@ -37,7 +37,7 @@ def test_copy_into_puts_every_tensor_in_place_and_the_tied_head_follows():
 
 def test_copy_into_refuses_an_unknown_name_and_a_missing_one():
     model, sent = Tied(), _learner_state()
-    plan = plan_for(sent, 1 << 20)
+    plan = plan_named(sent.items(), 1 << 20)
     with pytest.raises(ValueError, match="sent 'extra.weight', which this model does not have"), torch.no_grad():
         copy_into(model.state_dict(), iter([*sent.items(), ("extra.weight", torch.zeros(1))]), plan)
     with pytest.raises(ValueError, match=r"sent no \['norm.bias'\]"), torch.no_grad():

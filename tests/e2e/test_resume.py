@@ -51,7 +51,7 @@ def uninterrupted(tmp_path_factory, attach):
     return run, root / "store" / "run", uri_args, _metrics(run)
 
 
-def test_sigkill_then_resume_matches_uninterrupted(uninterrupted, tmp_path):
+def test_sigkill_then_resume_matches_uninterrupted(uninterrupted, tmp_path, attach):
     killed = tmp_path / "killed"
     proc = subprocess.Popen(_cmd(killed), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -64,7 +64,8 @@ def test_sigkill_then_resume_matches_uninterrupted(uninterrupted, tmp_path):
     kill_step = _latest_step(killed)
     assert 6 <= kill_step < 10
 
-    out = subprocess.run(_cmd(killed, "resume=auto"), cwd=ROOT, check=False, capture_output=True, text=True,
+    # the resumed run joins the session's cluster (the killed one went with its driver's process group)
+    out = subprocess.run(_cmd(killed, "resume=auto", attach), cwd=ROOT, check=False, capture_output=True, text=True,
                          timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"at step {kill_step}" in out.stdout

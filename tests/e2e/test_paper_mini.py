@@ -19,9 +19,9 @@ pytestmark = pytest.mark.slow
 
 # name -> (stage, steps) the run must have gone through, and a reward each schedule must have used.
 # CI runs the one that takes the most paths at once (structured layout, executed branches, the S2
-# alternation, 114 s here with one SFT row and one prompt a step); the other seven are the README's timed table (`+scale=mini`): CI's budget does
-# not hold them beside the vLLM tier. parason_pa_grpo (170 s here) passed beside it on this commit's
-# code: `pytest tests/e2e/test_paper_mini.py` with it added back.
+# alternation; 114 s here with one SFT row and one prompt a step); the other seven are the README's timed
+# table (`+scale=mini`): CI's budget does not hold them beside the vLLM tier. parason_pa_grpo (170 s here)
+# passed beside it on this commit's code: `pytest tests/e2e/test_paper_mini.py` with it added back.
 PAPER = {
     "paper/parallel_r1_unseen_s2": [("sft", 2), ("dapo", 2)],
 }

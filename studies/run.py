@@ -108,12 +108,16 @@ def run_study(study: Study, out: Path, seeds: Sequence[int], reuse_sft: bool = F
         model = sft_model(out) if reuse_sft else None
     except StudyError:
         model = None
+    parallel = max(1, min(parallel, len(study.arms)))
+    # arms at once share one cluster, started first: the SFT job joins it too (one cluster start and stop
+    # fewer, ~10 s), with the cores to itself (no SHARED_CORES)
+    address = (f"cluster.address={_shared_cluster(parallel)}",) if parallel > 1 else ()
     if model is None:
         say(f"[{study.name}] SFT: {study.sft_steps} steps ({' '.join(study.shared)})")
-        times["sft"] = _run(sft_command(study, out, extra), out / "sft.log", f"{study.name}: the SFT job", timeout_s)
+        times["sft"] = _run(sft_command(study, out, (*address, *extra)), out / "sft.log",
+                            f"{study.name}: the SFT job", timeout_s)
         model = sft_model(out)
-    parallel = max(1, min(parallel, len(study.arms)))
-    shared = (f"cluster.address={_shared_cluster(parallel)}", *SHARED_CORES) if parallel > 1 else ()
+    shared = (*address, *SHARED_CORES) if parallel > 1 else ()
 
     def arm_job(arm: Arm) -> float:
         say(f"[{study.name}] arm {arm.name}: {study.rl_steps} RL steps x seeds {list(seeds)}")

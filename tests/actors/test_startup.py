@@ -104,7 +104,9 @@ def test_the_run_summary_names_an_actor_lost_as_the_run_ends(ray_cluster):
         model_path = "/m"
 
     live, lost = Worker.remote(), Worker.options(max_restarts=0).remote()
-    ray_cluster.get(live.__ray_ready__.remote())
+    # both up before the kill, as in a run: an actor killed while its creation is still pending can leave
+    # the call unanswered instead of dead (a clean-clone CI failure under load)
+    ray_cluster.get([live.__ray_ready__.remote(), lost.__ray_ready__.remote()])
     ray_cluster.kill(lost)
     group = lambda role, actors: SimpleNamespace(role=role, actors=actors)
     groups = Groups(group("rollout", [live]), group("reward", [lost]), group("learner", []), None, None)

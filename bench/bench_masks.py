@@ -273,7 +273,7 @@ def run_sft_packing(args) -> None:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from actors.learner import sft_loss, sft_micro_batches
+    from actors.scoring import sft_loss, sft_micro_batches
     from contract.config import DataConfig, LearnerConfig
     from layouts.causal import sft_batch
     from layouts.structured import structured_sft_batch

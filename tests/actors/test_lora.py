@@ -163,7 +163,7 @@ def test_a_few_lora_sft_steps_lower_the_loss(tiny_model_path):
 def test_grpo_step_with_lora_scores_as_the_exported_model_does(tiny_model_path, tmp_path, grpo_batch):
     """The KL reference is the base with the adapters off; after the update, the learner's logprobs are
     those of the plain HF model its save_pretrained wrote (what an engine loads after a sync)."""
-    from actors.learner import score_logprobs
+    from actors.scoring import score_logprobs
 
     batch, _ = grpo_batch(tiny_model_path, 12)
     learner = _learner(tiny_model_path, kl_coef=0.1)

@@ -69,6 +69,10 @@ def test_the_reward_actor_counts_the_models_tokens(ray_cluster, groups):
     assert batch.correct == [[True, True]]
     assert fork_t < serial_t and serial_t > 40, (fork_t, serial_t)  # tokens: a word count is 15 serial
     assert batch.rewards[0][0] > batch.rewards[0][1]
+    # it got the tokenizer's Rust core: a reward actor starts (and restarts) without transformers and torch
+    loaded = ray_cluster.get(groups.reward.actors[0].__ray_call__.remote(
+        lambda w: [m for m in ("transformers", "torch") if m in __import__("sys").modules]))
+    assert loaded == [], loaded
 
 
 @pytest.mark.parametrize("method", ["collective", "object_store"])

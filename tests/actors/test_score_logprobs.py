@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from actors.learner import score_logprobs
+from actors.scoring import score_logprobs
 from contract.batch import ExecutionRecord
 from layouts import masks
 

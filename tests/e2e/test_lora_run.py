@@ -30,7 +30,7 @@ def test_lora_trains_adapters_and_the_engine_samples_the_merged_model(tmp_path, 
     cmd = [sys.executable, "-m", "orchestrator", "+experiment=smoke", "learner.lora.r=8",
            "curriculum.stages.sft.steps=6", "curriculum.stages.rl.steps=2", "data.n_test=4",
            "trainer.eval_samples=1", "trainer.eval_greedy=false", f"hydra.run.dir={run_dir}",
-           "logging.progress_bar=false", attach]
+           "logging.progress_bar=false", "logging.wandb_mode=disabled", attach]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]

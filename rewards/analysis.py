@@ -42,8 +42,8 @@ __all__ = ["AnalysisOptions", "SlowJob", "analyze_fast", "analyze_group", "run_s
 @dataclass(frozen=True)
 class AnalysisOptions:
     """What to compute: trajectory ``format``, answer ``verifier``, whether to verify answers
-    (``need_accuracy``) and keep metrics/trees (``need_parse``); an optional HF ``tokenizer``
-    makes token counts real tokens instead of words."""
+    (``need_accuracy``) and keep metrics/trees (``need_parse``); an optional ``tokenizer`` (HF,
+    or its Rust core ``tokenizers.Tokenizer``) makes token counts real tokens instead of words."""
 
     format: Any = "parallel_r1"  # a format name or a formats.FormatSpec
     verifier: str = "math_verify"

@@ -80,8 +80,9 @@ class RewardScorer:
 
     ``workers``/``timeout_s``: verification processes and the per-item hard timeout;
     ``fallback_reward``: the value given to every sample of a group whose reward function
-    itself fails (counted as ``reward/errors/reward_fn``); ``tokenizer``: optional HF
-    tokenizer for real token counts in latency metrics.
+    itself fails (counted as ``reward/errors/reward_fn``); ``tokenizer``: optional, an HF
+    tokenizer or its Rust core (``tokenizers.Tokenizer``: what a run sends), for real token counts in
+    latency metrics.
     """
 
     def __init__(

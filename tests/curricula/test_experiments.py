@@ -204,7 +204,9 @@ def test_an_experiment_holds_only_what_differs_from_its_defaults(name):
     from omegaconf import OmegaConf
 
     raw = yaml.safe_load((CONF / "experiment" / f"{name}.yaml").read_text())
-    groups = [f"{k.removeprefix('override /')}={v}" for d in raw.pop("defaults", []) for k, v in d.items()]
+    # an entry that names another experiment (experiment/reasoning_rl_trials.yaml: `- reasoning_rl`) is the base
+    groups = [f"+experiment={d}" if isinstance(d, str) else f"{k.removeprefix('override /')}={v}"
+              for d in raw.pop("defaults", []) for k, v in ([(d, None)] if isinstance(d, str) else d.items())]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         base = OmegaConf.to_container(compose("config", overrides=[*groups, "run_dir=/tmp/x"]), resolve=False)
     same = []

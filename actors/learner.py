@@ -95,11 +95,6 @@ class LearnerWorker:
         # DeepSpeed's accelerator from what this actor sees (its CUDA_VISIBLE_DEVICES), never from the
         # driver: a CPU-only head node made every GPU learner build its engine on the CPU
         os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu")
-        # DeepSpeed's ZeRO check imports its Muon optimizer to list it as supported, compiling Muon's
-        # kernels (1.4 s of every rank's start); the learner's optimizer is AdamW: that import is skipped
-        import sys
-
-        sys.modules.setdefault("deepspeed.runtime.zero.muon.muon_optimizer", None)
         import deepspeed
         from transformers import AutoModelForCausalLM
 

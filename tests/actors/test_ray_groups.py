@@ -74,12 +74,10 @@ def test_the_reward_actor_counts_the_models_tokens(ray_cluster, groups):
 
 def test_actors_start_without_what_they_never_use(ray_cluster, groups):
     """Start-up is paid at every run and every restart: a reward actor gets the tokenizer's Rust core and
-    loads neither transformers nor torch (~2.8 s of CPU); a learner skips DeepSpeed's Muon kernels (~1.4 s)."""
-    def loaded(actor, names):
-        return ray_cluster.get(actor.__ray_call__.remote(lambda w: [m for m in names if m in sys.modules]))
-
-    assert loaded(groups.reward.actors[0], ("transformers", "torch")) == []
-    assert loaded(groups.learner.actors[0], ("deepspeed", "deepspeed.runtime.zero.muon.original_muon")) == ["deepspeed"]
+    loads neither transformers nor torch (~2.8 s of CPU)."""
+    loaded = ray_cluster.get(groups.reward.actors[0].__ray_call__.remote(
+        lambda w: [m for m in ("transformers", "torch") if m in sys.modules]))
+    assert loaded == [], loaded
 
 
 @pytest.mark.parametrize("method", ["collective", "object_store"])

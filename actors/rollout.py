@@ -128,16 +128,18 @@ class RolloutWorker:
             self.engine.sleep(level)
             self.asleep = level
 
-    def wake_up(self, tags: list[str]) -> None:
+    def wake_up(self, tags: list[str]) -> int:
         """"weights": memory for them (after level 2 empty, until the sync fills it); "kv_cache": awake. An
-        actor that is awake (restarted meanwhile) has nothing to do."""
+        actor that is awake (restarted meanwhile) has nothing to do. Returns the policy version it holds (the
+        driver tells a restarted actor by it: one killed after the sync comes back with the weights it loaded)."""
         if not self.asleep:
-            return
+            return self.version
         self.engine.wake_up(tags)
         if "weights" in tags and self.asleep == 2:
             self.blank = True
         if "kv_cache" in tags:
             self.asleep = 0
+        return self.version
 
     def sync_ranks(self) -> int:
         return self.engine.sync_ranks

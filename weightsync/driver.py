@@ -78,9 +78,11 @@ class EngineWeights:
         self.wake_trace.append("release_memory")
         return sum(r["reserved_before"] - r["reserved_after"] for r in got["learner"])
 
-    def _all_rollouts(self, method: str, *args) -> None:
+    def _all_rollouts(self, method: str, *args) -> list:
+        """`method(*args)` on every rollout actor; what each returned, in rank order."""
         refs = {f"rollout_{i}": [getattr(a, method).remote(*args)] for i, a in enumerate(self.rollouts.actors)}
-        _wait(refs, self.start_timeout_s, method)
+        got = _wait(refs, self.start_timeout_s, method)
+        return [got[f"rollout_{i}"][0] for i in range(len(self.rollouts.actors))]
 
     def recover(self, ranks: list[int]) -> None:
         """Every rollout actor was lost mid-generation: back, with the current version's weights (an
@@ -107,8 +109,13 @@ class EngineWeights:
                 figures = self.sync.push(self.learners, self.rollouts, self.version)
                 self.wake_trace.append("push")
                 released += self._release_learner_memory()  # the sync's gathered buckets
-                self._all_rollouts("wake_up", ["kv_cache"])
+                held = self._all_rollouts("wake_up", ["kv_cache"])  # the policy version each engine holds
                 self.wake_trace.append("wake_up:kv_cache")
+                if stale := [i for i, v in enumerate(held) if v < self.version]:
+                    # killed after the sync filled it: Ray ran this wake on the restarted process, which holds
+                    # the weights it loaded at start, so no call failed; it rejoins and the push is made again
+                    raise ActorLost("rollout", stale[0], f"restarted during the wake: it holds policy version "
+                                                         f"{held[stale[0]]}, not {self.version}")
                 self.asleep = False
                 return {**figures, "timing/wake_and_sync": time.perf_counter() - t,
                         "memory/learner_cache_released_gib": released / 2**30}

@@ -45,11 +45,37 @@ def _update(g, model_path: str) -> None:
     ray.get(g.learner.async_sft_step(batch, lr=1e-2))
 
 
-def _kill(actor) -> int:
-    """As a node's OOM killer or a lost process would: Ray restarts it (max_restarts) with the initial weights."""
+def _kill(actor, restarted: bool = False) -> int:
+    """As a node's OOM killer or a lost process would: Ray restarts it (max_restarts) with the initial weights.
+    Returns once the process is gone (`ray.kill` only asks), so the next call cannot reach the old one (it
+    fails, or waits for the restart); `restarted`: once the new process answers, so the next call runs there
+    and fails nothing."""
+    import time
+
+    import psutil
+
     pid = ray.get(actor.pid.remote())
     ray.kill(actor, no_restart=False)
-    return pid
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            gone = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            gone = True
+        if gone and not restarted:
+            return pid
+        if gone and _answers(actor, pid):
+            return pid
+        assert time.monotonic() < deadline, f"rollout process {pid} still alive 60 s after ray.kill"
+        time.sleep(0.05)
+
+
+def _answers(actor, old_pid: int) -> bool:
+    """Whether the actor's new process (not `old_pid`) answers; False while Ray still restarts it."""
+    try:
+        return ray.get(actor.pid.remote(), timeout=30) != old_pid
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return False
 
 
 def _check_policy_and_samples(g, weights, model_path: str, step: int) -> None:
@@ -87,8 +113,10 @@ def test_an_engine_killed_while_asleep_rejoins_at_the_next_push(run):
 
 @pytest.mark.parametrize("phase", ["wake_up:weights", "wake_up:kv_cache"])
 def test_an_engine_killed_while_waking_rejoins_in_the_same_push(run, phase, monkeypatch):
-    """Killed as the wake reaches it: before its weights' memory comes back, or after the sync filled it and
-    before its KV cache wakes. The push fails on it, waits for the restart, and is made again."""
+    """Killed as the wake reaches it: before its weights' memory comes back (the call fails on the dead
+    process), or after the sync filled it and before its KV cache wakes, restarted by the time the wake is
+    sent (the call runs on the new process and fails nothing: its answer, the policy version it holds, gives
+    it away). The push waits for the restart, and is made again."""
     g, weights, model_path = run
     weights.sleep()
     _update(g, model_path)
@@ -97,7 +125,7 @@ def test_an_engine_killed_while_waking_rejoins_in_the_same_push(run, phase, monk
 
     def all_rollouts(method, *args):
         if method == "wake_up" and list(args[0]) == tags and not killed:
-            killed.append(_kill(victim))
+            killed.append(_kill(victim, restarted=phase == "wake_up:kv_cache"))
         return calls(method, *args)
 
     monkeypatch.setattr(weights, "_all_rollouts", all_rollouts)

@@ -15,4 +15,5 @@ from models.packaged import PACKAGED, cache_dir, materialize
 from models.prepare import PreparedModel, prepare_model_dir
 from models.source import local_model, prepared_for_run
 
-__all__ = ["PACKAGED", "PreparedModel", "cache_dir", "local_model", "materialize", "prepare_model_dir", "prepared_for_run"]
+__all__ = ["PACKAGED", "PreparedModel", "cache_dir", "local_model", "materialize", "prepare_model_dir",
+           "prepared_for_run"]

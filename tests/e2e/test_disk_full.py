@@ -32,7 +32,8 @@ def test_a_full_disk_is_said_at_start_and_the_run_ends_in_one_paragraph(small_di
     ckpts = small_disk / "checkpoints"
     cmd = [sys.executable, "-m", "orchestrator", "+experiment=smoke", "curriculum.stages.sft.steps=2",
            "curriculum.stages.rl.steps=1", "trainer.save_every=1", "trainer.keep_checkpoints=1",
-           "trainer.eval_after_stage=false", "logging.progress_bar=false", "logging.wandb_mode=disabled", "data.n_train=64",
+           "trainer.eval_after_stage=false", "logging.progress_bar=false", "logging.wandb_mode=disabled",
+           "data.n_train=64",
            f"trainer.checkpoint_dir={ckpts}", f"hydra.run.dir={tmp_path / 'run'}", attach]
     out = subprocess.run(cmd, cwd=ROOT, check=False, capture_output=True, text=True, timeout=900)
     assert out.returncode == 2, out.stderr[-3000:]

@@ -33,7 +33,8 @@ def test_paper_experiment_runs_every_stage_at_mini_scale(tmp_path, name, attach)
     # one SFT row and one prompt (x 2 samples) a step: the same stages and paths at half the SmolLM2 compute
     # (an SFT step of two real rows is ~17 s on 2 cores)
     cmd = [sys.executable, "-m", "orchestrator", f"+experiment={name}", "+scale=mini", "scale.max_sft_batch=1",
-           "scale.max_prompts=1", f"hydra.run.dir={run_dir}", "logging.progress_bar=false", "logging.wandb_mode=disabled", attach]
+           "scale.max_prompts=1", f"hydra.run.dir={run_dir}", "logging.progress_bar=false",
+           "logging.wandb_mode=disabled", attach]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]

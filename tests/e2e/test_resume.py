@@ -17,7 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 ARGS = ["+experiment=smoke", "curriculum.stages.sft.steps=4", "curriculum.stages.rl.steps=6", "trainer.save_every=2",
-        "trainer.eval_after_stage=false", "logging.progress_bar=false", "logging.wandb_mode=disabled", "data.n_train=128"]
+        "trainer.eval_after_stage=false", "logging.progress_bar=false", "logging.wandb_mode=disabled",
+        "data.n_train=128"]
 KEYS = ("sft/loss", "reward/mean", "actor/pg_loss", "actor/grad_norm", "response/length")
 
 

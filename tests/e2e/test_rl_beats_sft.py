@@ -43,7 +43,8 @@ def run(tmp_path_factory, attach) -> tuple[list[dict], list[dict]]:
     run_dir = tmp_path_factory.mktemp("reasoning_rl")
     cmd = [sys.executable, "-m", "orchestrator", "+experiment=reasoning_rl", "trainer.seed=0",
            f"curriculum.stages.rl.steps={RL_STEPS}",
-           f"hydra.run.dir={run_dir}", "logging.progress_bar=false", "logging.wandb_mode=disabled", "trainer.eval_init=false",
+           f"hydra.run.dir={run_dir}", "logging.progress_bar=false", "logging.wandb_mode=disabled",
+           "trainer.eval_init=false",
            "trainer.eval_greedy=false", attach]  # no assertion reads a greedy figure
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

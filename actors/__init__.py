@@ -2,7 +2,7 @@
 (Parallax's two Ray tasks, `orchestrator.setup`'s rendezvous and `evaluation.builder`'s shards, are made
 where they run).
 
-* `rollout.py`: an engine (engines/) and, for the parallel modes, an executor (parallel/);
+* `rollout.py`: an engine (engines/) and, for the parallel modes, an executor (executors/);
 * `reward_worker.py`: batch reward scoring (`rewards.scorer`);
 * `learner.py`: a DeepSpeed ZeRO engine applying GRPO / SFT updates on the layouts' rows (layouts/).
 

@@ -4,7 +4,9 @@
 A tree is `{relative path: bytes}`. The model goes into the object store once; each actor writes
 it into a node-local cache named by its digest (complete, or not there: written aside, then renamed).
 A checkpoint travels as pieces (`tree_pieces`, `write_piece`): the driver stores one piece at a time and
-never holds a rank's files at once (a Qwen3-4B ZeRO-3 checkpoint is ~56 GB).
+never holds a rank's files at once (a Qwen3-4B ZeRO-3 checkpoint is ~56 GB). Where `trainer.checkpoint_dir`
+is a URI, no bytes pass the driver at all: each rank uploads its own files there (`upload_tree`) and
+returns their sizes and sha256, from which the driver writes the manifest.
 """
 
 from __future__ import annotations
@@ -65,6 +67,52 @@ def write_piece(root: str | Path, rel: str, offset: int, data: bytes) -> None:
     with out.open("r+b" if offset else "wb") as f:
         f.seek(offset)
         f.write(data)
+
+
+def upload_tree(root: str | Path, uri: str, piece_bytes: int = PIECE_BYTES) -> dict[str, dict]:
+    """Every file under `root` copied to the fsspec URI `uri` (a directory there), a piece at a time, hashed on
+    the way: `{relative path: {"size", "sha256"}}`, the entries of a checkpoint manifest."""
+    import fsspec
+
+    fs, base = fsspec.core.url_to_fs(uri)
+    base = base.rstrip("/")
+    root, done = Path(root), {}
+    for p in sorted(root.rglob("*")):
+        if not p.is_file():
+            continue
+        rel = p.relative_to(root).as_posix()
+        dest = f"{base}/{rel}"
+        fs.makedirs(dest.rpartition("/")[0], exist_ok=True)
+        h, size = hashlib.sha256(), 0
+        with p.open("rb") as src, fs.open(dest, "wb") as out:
+            while chunk := src.read(piece_bytes):
+                h.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
+        done[rel] = {"size": size, "sha256": h.hexdigest()}
+    return done
+
+
+def download_tree(uri: str, files: dict[str, dict], root: str | Path, piece_bytes: int = PIECE_BYTES) -> Path:
+    """The files `files` names (`upload_tree`'s entries) fetched from the fsspec URI `uri` into `root`, each
+    checked against its size and sha256 on the way: ValueError naming the first that differs."""
+    import fsspec
+
+    fs, base = fsspec.core.url_to_fs(uri)
+    base, root = base.rstrip("/"), Path(root)
+    for rel, want in sorted(files.items()):
+        out = _inside(root, rel)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        h, size = hashlib.sha256(), 0
+        with fs.open(f"{base}/{rel}", "rb") as src, out.open("wb") as dst:
+            while chunk := src.read(piece_bytes):
+                h.update(chunk)
+                dst.write(chunk)
+                size += len(chunk)
+        if (size, h.hexdigest()) != (want["size"], want["sha256"]):
+            raise ValueError(f"{uri}/{rel}: {size} bytes that differ from the manifest's ({want['size']} bytes, "
+                             "sha256) (damaged)")
+    return root
 
 
 def digest(files: dict[str, bytes]) -> str:

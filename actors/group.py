@@ -66,6 +66,19 @@ class ActorGroup:
                  max_restarts: int = 0):
         remote_cls = ray.remote(worker_cls)
         self.role = role
+        # A restarted actor runs its constructor again with the same arguments. Ray puts a large one
+        # (a SmolLM2 tokenizer: > 100 KB) into the object store and frees it once the first constructor
+        # ran, so the restart failed ("deleted by the reference counting protocol") and the run stopped.
+        # Every argument of a restartable actor goes into the object store here, held as long as the group.
+        self._held: list[dict] = []
+
+        def arguments(i: int) -> dict:
+            kwargs = kwargs_for_rank(i)
+            if max_restarts:
+                kwargs = {k: v if isinstance(v, ray.ObjectRef) else ray.put(v) for k, v in kwargs.items()}
+                self._held.append(kwargs)
+            return kwargs
+
         self.actors = [
             remote_cls.options(
                 name=f"{prefix}/{role}_{i}",
@@ -74,7 +87,7 @@ class ActorGroup:
                 max_restarts=max_restarts,
                 runtime_env={"env_vars": ACTOR_ENV},
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=offset + i),
-            ).remote(**kwargs_for_rank(i))
+            ).remote(**arguments(i))
             for i in range(count)
         ]
 
@@ -173,12 +186,29 @@ class LearnerGroup(ActorGroup):
             except ray.exceptions.RayActorError as e:
                 raise ActorLost("learner", rank, summary(e)) from None
 
-    def load_training_state(self, ckpt: Path, shared_fs: bool) -> None:
-        """Every rank's optimizer and schedule from `ckpt/training_state`, read there or sent as files."""
+    def save_to(self, uri: str) -> dict[str, dict]:
+        """Every rank's files uploaded by the rank itself to the fsspec URI `uri` (`LearnerWorker.save_to`): the
+        manifest entries of them all. A file two ranks both wrote (DeepSpeed's `latest`) must be the same
+        bytes, else the upload is refused, naming it; a rank that dies fails it at once (`get_all`)."""
+        from actors.faults import get_all
+
+        files: dict[str, dict] = {}
+        for rank, written in enumerate(get_all(self.async_call("save_to", uri), "learner")):
+            for rel, entry in written.items():
+                if files.setdefault(rel, entry) != entry:
+                    raise RuntimeError(f"{uri}/{rel}: learner rank {rank} wrote other bytes than a rank before it")
+        return files
+
+    def load_training_state(self, ckpt: Path | str, shared_fs: bool, files: dict[str, dict] | None = None) -> None:
+        """Every rank's optimizer and schedule from `ckpt/training_state`: read there, sent as files, or (`ckpt` a
+        URI, `files` its manifest's entries) fetched from there by each rank and checked."""
         from actors.faults import get_all
         from actors.files import read_tree
 
-        if shared_fs:
+        if isinstance(ckpt, str):
+            state = {rel: e for rel, e in (files or {}).items() if rel.startswith("training_state/")}
+            get_all(self.async_call("load_training_state_from", ckpt, state), "learner")
+        elif shared_fs:
             get_all(self.async_call("load_training_state", str(ckpt / "training_state")), "learner")
         else:
             files = ray.put({f"training_state/{k}": v for k, v in read_tree(ckpt / "training_state").items()})

@@ -14,12 +14,15 @@ export (state_dict, save_pretrained, the weight sync) is still the plain model, 
 from __future__ import annotations
 
 import os
+import tempfile
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 
 from actors import lora
 from actors.devices import native_bf16
+from actors.files import download_tree, tree_pieces, upload_tree, write_tree
 from actors.scoring import score_logprobs, sft_loss, sft_micro_batches
 from contract import algo
 from contract.batch import SFTBatch, TrainBatch
@@ -454,27 +457,38 @@ class LearnerWorker:
         """DeepSpeed checkpoint (optimizer + scheduler + model shards); collective."""
         self.engine.save_checkpoint(path, tag="state")
 
-    def save_pieces(self, piece_bytes: int):
-        """A checkpoint written on this node and streamed to the driver (`cluster.shared_fs=false`): rank
-        0's `model/` and every rank's share of `training_state/`, as `actors.files.tree_pieces` pieces (a
-        Ray streaming generator: the driver stores one piece at a time)."""
-        import tempfile
-
-        from actors.files import tree_pieces
-
+    @contextmanager
+    def _saved_here(self):
+        """This rank's share of a checkpoint in a temporary directory on its node (collective): rank 0's `model/`,
+        every rank's `training_state/`."""
         with tempfile.TemporaryDirectory(prefix="parallax-ckpt-") as d:
             self.save_pretrained(f"{d}/model")
             self.save_training_state(f"{d}/training_state")
+            yield d
+
+    def save_pieces(self, piece_bytes: int):
+        """This rank's share streamed to the driver (`cluster.shared_fs=false`) as `actors.files.tree_pieces`
+        pieces (a Ray streaming generator: the driver stores one piece at a time)."""
+        with self._saved_here() as d:
             yield from tree_pieces(d, piece_bytes)
+
+    def save_to(self, uri: str) -> dict[str, dict]:
+        """This rank's share uploaded by the rank itself to the fsspec URI `uri` (`trainer.checkpoint_dir` a URI):
+        sizes and sha256 for the manifest the driver writes; nothing passes through the driver."""
+        with self._saved_here() as d:
+            return upload_tree(d, uri)
 
     def load_training_state_files(self, files: dict[str, bytes]) -> None:
         """`load_training_state` from files the driver read out of its checkpoint."""
-        import tempfile
-
-        from actors.files import write_tree
-
         with tempfile.TemporaryDirectory(prefix="parallax-ckpt-") as d:
             write_tree(d, files)
+            self.load_training_state(f"{d}/training_state")
+
+    def load_training_state_from(self, uri: str, files: dict[str, dict]) -> None:
+        """`load_training_state` from a checkpoint at an fsspec URI: this rank fetches the manifest's
+        `training_state/` files (`files`) itself, each checked against its sha256."""
+        with tempfile.TemporaryDirectory(prefix="parallax-ckpt-") as d:
+            download_tree(uri, files, d)
             self.load_training_state(f"{d}/training_state")
 
     def load_training_state(self, path: str) -> None:

@@ -46,7 +46,7 @@ class RolloutWorker:
         self.engine = make_engine(cfg.engine, model_path=model_path, dtype=self.dtype,
                                   max_batch_size=cfg.max_batch_size, **extra)
         self.tokenizer = self.engine.tokenizer
-        # The policy version its weights are, as the driver handed it (`weightsync.driver.EngineWeights`
+        # The policy version its weights are, as the driver handed it (`orchestrator.weights.EngineWeights`
         # counts; this actor only records): 0 is the model it loaded. A restarted actor is back at 0, and
         # refuses a generate that expects later weights.
         self.version = 0
@@ -56,11 +56,11 @@ class RolloutWorker:
         self.executor = None  # KVExecutor | RequestExecutor; both share the engine's weights
         self.grammar = None  # mode off: the format's EBNF for the engine's structured outputs
         if cfg.executor.mode != "off" and cfg.dispatch == "requests":
-            from parallel.requests import RequestExecutor
+            from executors.requests import RequestExecutor
 
             self.executor = RequestExecutor(self.engine, self.tokenizer, cfg.executor, fmt)
         elif cfg.executor.mode != "off":
-            from parallel.kv import KVExecutor
+            from executors.kv import KVExecutor
 
             self.executor = KVExecutor.from_engine(self.engine, cfg.executor, fmt)
         elif cfg.executor.grammar:
@@ -82,7 +82,7 @@ class RolloutWorker:
         if self.asleep or self.blank:
             raise RuntimeError(f"asked to generate while {'woken without weights' if self.blank else 'asleep'}: "
                                "a colocated engine sleeps through the update and wakes in the weight sync "
-                               "(weightsync.driver.EngineWeights.push) before it generates")
+                               "(orchestrator.weights.EngineWeights.push) before it generates")
         params = SamplingParams(
             max_new_tokens=max_new_tokens or self.cfg.max_new_tokens,
             temperature=self.cfg.temperature,
@@ -116,7 +116,7 @@ class RolloutWorker:
         ]
 
     def load_weights(self, state_dict: dict[str, Any], version: int) -> int:
-        """The object-store path (`weightsync.driver`): `state_dict` into the engine, as policy `version`."""
+        """The object-store path (`orchestrator.weights`): `state_dict` into the engine, as policy `version`."""
         got = self.engine.load_weights(state_dict)
         self.version, self.blank = version, False
         return got
@@ -173,7 +173,7 @@ class RolloutWorker:
         return os.getpid()
 
     def receive_weights(self, plan: dict, version: int) -> int:
-        """The collective path (`weightsync.driver`): one broadcast into the engine, as policy `version`."""
+        """The collective path (`orchestrator.weights`): one broadcast into the engine, as policy `version`."""
         if not self.in_sync_group:
             from actors.faults import StaleWeights
 

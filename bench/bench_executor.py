@@ -67,8 +67,8 @@ import toyworld
 from contract.batch import SamplingParams
 from contract.config import ExecutorConfig
 from engines.decode_kv import KVDecoder
+from executors.kv import KVExecutor
 from formats import parse
-from parallel.kv import KVExecutor
 
 
 def timed_run(model, tok, problems, mode: str, grammar: bool, repeat: int, speculative: bool = True):

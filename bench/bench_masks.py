@@ -219,9 +219,9 @@ def run_consistency(args) -> None:
     from contract.algo import token_logprobs
     from contract.batch import SamplingParams, Trajectory
     from contract.config import ExecutorConfig
+    from executors.kv import KVExecutor
     from layouts import build_train_batch
     from layouts.teacher import teacher_role_scripts
-    from parallel.kv import KVExecutor
     from tinylm import TinyModelConfig, build_tiny_model
 
     path = build_tiny_model(

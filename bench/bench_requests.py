@@ -53,10 +53,10 @@ from doubles.replay import Replay, role_scripts, sequential_script
 import toyworld
 from contract.batch import SamplingParams, Trajectory
 from contract.config import ExecutorConfig
+from executors.kv import KVExecutor
+from executors.requests import RequestExecutor
 from formats import parse
 from layouts import build_train_batch
-from parallel.kv import KVExecutor
-from parallel.requests import RequestExecutor
 
 
 class Counting:

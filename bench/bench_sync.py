@@ -47,7 +47,7 @@ def main() -> None:
     from contract.config import ClusterConfig, LearnerConfig, ParallaxConfig, RolloutConfig
     from contract.engine import VLLMConfig, WeightSyncConfig
     from orchestrator.setup import build_groups, start_cluster
-    from weightsync.driver import make_weight_sync
+    from orchestrator.weights import make_weight_sync
 
     path = _model(args.model)
     cfg = ParallaxConfig()

@@ -63,7 +63,7 @@ class ExecutionRecord:
     one response segment that sees it, with positions 0..L-1: plain causal attention.
 
     Reprefill, the one place this story is told. How a request reads earlier segments depends
-    on the executor (parallel/):
+    on the executor (executors/):
 
     * the KV executor (`reprefill=False`) forks the prefix KV and, at a join, appends every
       branch's KV *as computed in its branch*. One row with segment masks and these positions is

@@ -62,16 +62,16 @@ class ModelConfig:
 
 @dataclass
 class ExecutorConfig:
-    """The `rollout.executor` slice: how sequential / executed modes run (parallel/)."""
+    """The `rollout.executor` slice: how sequential / executed modes run (executors/)."""
 
     # off: plain engine.generate (fastest; the format is just text) | sequential: the parallel
     # format tracked in one request (caps, forced closing tags) | executed: real fork/join, every
     # branch its own request, with an execution record.
     mode: str = "off"
     # How sequential / executed modes drive the engine. kv: one decode loop that forks the prefix
-    # KV and merges branch KV at a join (hf engine only; parallel/kv.py) | requests: whole
+    # KV and merges branch KV at a join (hf engine only; executors/kv.py) | requests: whole
     # engine requests that stop at the tags where the executor acts and re-read their context
-    # (any engine: vLLM; parallel/requests.py; scored exactly by layout structured or threadweaver,
+    # (any engine: vLLM; executors/requests.py; scored exactly by layout structured or threadweaver,
     # contract.batch.ExecutionRecord says why) | auto: kv on hf, requests elsewhere.
     dispatch: str = "auto"
     # How the request executor feeds the engine. rounds: every live request in one generate call,

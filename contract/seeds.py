@@ -19,7 +19,7 @@ RUN_STRIDE = 7_919_993
 
 # the kinds of sub-stream (any distinct small ints)
 DYNAMIC_ROUND = 1  # orchestrator: a dynamic-sampling round's fresh prompts
-EXECUTOR_ROUND = 2  # parallel/requests.py: one round of forked requests
+EXECUTOR_ROUND = 2  # executors/requests.py: one round of forked requests
 REQUEST = 3  # engines: one request of a batch (vLLM on CUDA seeds each request)
 
 _MASK = (1 << 64) - 1

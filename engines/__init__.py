@@ -7,7 +7,7 @@
 * `sampling.py`: padding, top-p, the speculative grammar draw; `grammar.py`: the one xgrammar
   masker every decode loop uses.
 
-Nothing here knows the parallel formats' fork/join (that is `parallel/`).
+Nothing here knows the parallel formats' fork/join (that is `executors/`).
 """
 
 from engines.base import ENGINES, Engine, engine_class, make_engine

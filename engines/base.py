@@ -24,7 +24,7 @@ class Engine(Protocol):
     """What the rollout worker and the request executor use of an engine.
 
     An engine that also takes requests one by one (vLLM) says `streams = True` and has `submit`, `poll`
-    and `abort`, which the request executor's async driver uses (`parallel/requests.py`, `_run_async`)."""
+    and `abort`, which the request executor's async driver uses (`executors/requests.py`, `_run_async`)."""
 
     tokenizer: Any  # the model's Hugging Face tokenizer (tags are single tokens)
     eos_id: int

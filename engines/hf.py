@@ -97,7 +97,7 @@ class HFEngine:
                  grammar: str | list[str | None] | None = None,
                  processor: Callable[[list[list[int]], torch.Tensor], torch.Tensor] | None = None) -> list[Completion]:
         """One completion per prompt. `limits`: each prompt's own max new tokens (<= params'). `processor`
-        (test doubles: `tests/doubles/replay.py`, through `parallel.base.engine_processor`) maps (tokens each
+        (test doubles: `tests/doubles/replay.py`, through `executors.base.engine_processor`) maps (tokens each
         row generated so far, logits / T [B, V]) to the logits the token is drawn from; logprobs stay the model's.
         `grammar`: an EBNF grammar (xgrammar dialect, `formats.ebnf`) for every prompt, or one per
         prompt (None: free), applied as a token bitmask, as vLLM's structured outputs do. Logprobs are

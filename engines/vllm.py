@@ -21,7 +21,7 @@ Choices, and why:
   `enforce_eager` skips graph capture (fast start-up).
 
 Parallel formats (rollout.executor.mode sequential / executed) run through the request executor
-(`parallel.requests`; `rollout.executor.dispatch` auto -> requests): the tags where it acts are stop
+(`executors.requests`; `rollout.executor.dispatch` auto -> requests): the tags where it acts are stop
 tokens (vLLM keeps stop_token_ids in `token_ids`, which the executor relies on and checks), `limits`
 gives each request its own token budget, and each request re-reads its context from the prefix
 cache (what the learner then scores: `contract.batch.ExecutionRecord`, "Reprefill"). With

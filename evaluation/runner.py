@@ -3,7 +3,7 @@
 The rollout worker (``actors.rollout.RolloutWorker``, a plain class: no Ray for one process) with
 the configured engine (``hf`` on CPU, ``vllm`` on GPU) samples k completions per problem at the
 given temperature.  Decoding mode ``sequential`` is plain autoregressive decoding; ``executed``
-runs the parallel executor (every branch its own engine request, joined back: ``parallel/``), as
+runs the parallel executor (every branch its own engine request, joined back: ``executors/``), as
 ``rollout.executor.mode=executed`` does in training. ``generate_fn`` replaces the decoder entirely.
 """
 

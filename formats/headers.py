@@ -2,7 +2,7 @@
 
 An executed thread sees the shared prefix (the whole outline) and its own tokens only, so the
 k-th `<Thread>` of a block is followed by a forced *header*: outline entry k, then
-`THREAD_HEADER_SEP` (why, and how the executor forces it: `parallel/tracker.py`). Teacher traces
+`THREAD_HEADER_SEP` (why, and how the executor forces it: `executors/tracker.py`). Teacher traces
 write the same header (`with_thread_headers`), so SFT teaches threads to continue from it.
 """
 

@@ -1,6 +1,6 @@
 """One masked row per trajectory for request-executor records: the text, then copies of what it cannot hold.
 
-A request-executor record (`ExecutionRecord.reprefill`, parallel/requests.py) comes from
+A request-executor record (`ExecutionRecord.reprefill`, executors/requests.py) comes from
 engine requests that each re-read their whole context causally, as text. Scoring one causal row
 per request (the threadweaver layout) is exact but re-scores the shared prefix once per request.
 This module builds a single row that is exact too:

@@ -177,7 +177,7 @@ def teacher_record(
     and starts at the same position; the continuation sees all branches and starts at
     prefix_len + longest branch. Sequential mode: one request, positions 0..L-1. Forced tags
     (branch openers, join tags) and Parason thread headers are marked unsampled, exactly as
-    parallel/tracker.py forces them; a Parason thread without its header is refused.
+    executors/tracker.py forces them; a Parason thread without its header is refused.
     The response ids are the tokenizer's ids of ``trace`` (+ EOS), i.e. what ``sft_batch`` trains on.
     """
     walk, ids = _walk_trace(prompt_ids, trace, spec, tokenizer, mode, eos)

@@ -2,7 +2,7 @@
 
 `prepare_model_dir(src, out, tags)` checks the tokenizer and, only where needed, writes a copy to `out`:
 
-* every format tag becomes one special token (the executors act on tag *tokens*, `parallel/tracker.py`);
+* every format tag becomes one special token (the executors act on tag *tokens*, `executors/tracker.py`);
   a tag that a pretrained tokenizer splits (``<Parallel>`` is 3 tokens for SmolLM2) is added;
 * a pad token (``<|pad|>``) when the tokenizer has none (padded SFT / learner batches need one);
 * the embeddings hold every new id: resized when the new ids pass the matrix (a model whose matrix is

@@ -124,6 +124,30 @@ def save_checkpoint(root: Path, step: int, write: Callable[[Path], None], state:
     return final
 
 
+def _reset_peak_rss() -> int | None:
+    """This process's resident bytes now, its peak reset to them (Linux; None elsewhere): what `_peak_rss`
+    reports next is the peak since this call."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return None
+    return _status_bytes("VmRSS")
+
+
+def _peak_rss() -> int | None:
+    return _status_bytes("VmHWM")
+
+
+def _status_bytes(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def _out_of_space(e: BaseException) -> bool:
     """ENOSPC, however it surfaced: an OSError, or torch's C++ stream error ("basic_ios::clear: iostream
     error") from inside a Ray actor."""
@@ -280,22 +304,48 @@ class RunCheckpoints:
     local copies are mirrored to), when (every `save_every` steps, every `save_every_min` minutes, and at
     once when the newest one was deleted under the run), and how many stay (`keep_checkpoints`)."""
 
-    def __init__(self, tcfg: Any, run_dir: Path):
+    def __init__(self, tcfg: Any, run_dir: Path, shared_fs: bool = True):
         self.tcfg, self.run_dir = tcfg, run_dir
         self.root = checkpoint_root(tcfg.checkpoint_dir, run_dir)
         if why := cannot_write(self.root):  # else the first save fails mid-run, a traceback
             raise ValueError(f"trainer.checkpoint_dir={tcfg.checkpoint_dir or str(self.root)!r}: {why}")
         self.mirror = mirror_for(tcfg.checkpoint_dir)
+        self.shared_fs = shared_fs  # the ranks write into the driver's directory (else they stream it their files)
+        # the ranks upload their own files to the URI (no shared disk to write a local copy on)
+        self.direct = self.mirror is not None and not shared_fs
         self.saved_at = time.monotonic()  # save_every_min counts from here
         self.last: Path | None = None  # the newest checkpoint this run wrote (a vanished one is said)
+        # each save's step, place, bytes, seconds and the driver's peak RSS growth meanwhile (summary.json)
+        self.saves: list[dict[str, Any]] = []
 
     @property
     def where(self) -> str | Path:
         return self.mirror.uri if self.mirror else self.root
 
-    def find(self, resume: str) -> Path | None:
-        """The checkpoint to resume from, verified (a damaged one is named, the previous good one taken)."""
-        return find_resume_checkpoint(resume, self.run_dir, root=self.root, mirror=self.mirror)
+    def find(self, resume: str, log: Callable[[str], None] = print) -> Path | str | None:
+        """The checkpoint to resume from, verified (a damaged one is named, the previous good one taken). In
+        `direct` mode, a checkpoint at the URI stays there (its URI: each rank fetches its own files)."""
+        if not (self.direct and (resume == "auto" or is_uri(resume))):
+            return find_resume_checkpoint(resume, self.run_dir, root=self.root, mirror=self.mirror, log=log)
+        if is_uri(resume):
+            self.read(resume.rstrip("/"), None)
+            return resume.rstrip("/")
+        refused = []
+        for name in self.mirror.steps():
+            where = self.mirror.step_uri(name)
+            try:
+                self.read(where, None)
+            except CheckpointError as e:
+                refused.append(str(e))
+                log(f"resume=auto: passing over {name} at {self.mirror.uri}: {e}")
+                continue
+            if refused:
+                log(f"resume=auto: falling back to {name}, the newest checkpoint that verifies")
+            return where
+        if refused:
+            raise CheckpointError(f"resume=auto: no checkpoint at {self.mirror.uri} verifies: " + "; ".join(refused))
+        log(f"resume=auto: {self.mirror.uri} has no checkpoint yet; starting from the beginning")
+        return None
 
     def due(self, step: int) -> bool:
         """Whether to save after `step` steps."""
@@ -323,7 +373,7 @@ class RunCheckpoints:
         (`checkpoint_bytes`), times how many are on disk at once (`keep_checkpoints` + 1 while the
         newest is written; all of them with 0), less those already there. None: it fits, or unknown."""
         params = count_parameters(Path(model_path)) if Path(model_path).is_dir() else None
-        if params is None:
+        if params is None or self.direct:  # unknown, or nothing lands on this disk
             return None
         per = checkpoint_bytes(params, cfg.model.dtype, cfg.learner.lora.r > 0)
         start = read_state(resumed).get("global_step", 0) if resumed else 0
@@ -344,21 +394,96 @@ class RunCheckpoints:
                 "A save that does not fit stops the run, its previous checkpoint intact. Free space, lower "
                 "trainer.keep_checkpoints, or point trainer.checkpoint_dir at a larger disk.")
 
-    def read(self, ckpt: Path, config_hash: str) -> dict[str, Any]:
-        """The trainer state a checkpoint holds; a config that changed since it was written is said."""
-        saved = saved_config_hash(ckpt)
-        if saved and saved != config_hash:
-            print(f"resume: the config differs from the one {ckpt.name} was written with (overrides changed); "
-                  "continuing with the new one")
-        return read_state(ckpt)
+    def read(self, ckpt: Path | str, config_hash: str | None) -> dict[str, Any]:
+        """The trainer state a checkpoint holds; a config that changed since it was written is said (None: not
+        compared). At a URI its trainer_state.json is checked against the manifest's sha256."""
+        if isinstance(ckpt, str):
+            import fsspec
 
-    def save(self, step: int, write: Callable[[Path], None], state: dict[str, Any], config_hash: str) -> Path:
-        """`save_checkpoint`, then the mirror's copy (verified here, then copied: files, manifest, `latest`)."""
-        self.saved_at = time.monotonic()
+            manifest = self.verify(ckpt)
+            with fsspec.open(f"{ckpt}/trainer_state.json", "rb") as f:
+                raw = f.read()
+            if hashlib.sha256(raw).hexdigest() != manifest["files"].get("trainer_state.json", {}).get("sha256"):
+                raise CheckpointError(f"{ckpt}/trainer_state.json: content differs from the manifest's sha256")
+            saved, state, name = manifest.get("config_hash"), json.loads(raw), ckpt.rpartition("/")[2]
+        else:
+            saved, state, name = saved_config_hash(ckpt), read_state(ckpt), ckpt.name
+        if config_hash is not None and saved and saved != config_hash:
+            print(f"resume: the config differs from the one {name} was written with (overrides changed); "
+                  "continuing with the new one")
+        return state
+
+    def save(self, step: int, learner: Any, driver_files: Callable[[Path], None], state: dict[str, Any],
+             config_hash: str) -> Path | str:
+        """One checkpoint: the learner ranks' files (`learner`: an `actors.group.LearnerGroup`), what the
+        driver adds (`driver_files(dir)`: the tokenizer), `state` as trainer_state.json, then the manifest.
+
+        Locally (`save_checkpoint`): the ranks write into the new directory (a shared filesystem) or stream their
+        files to it; a URI mirror then gets a verified copy. In `direct` mode (a URI, no shared filesystem) the
+        ranks upload their files to the URI themselves, and the driver writes its own files, the manifest
+        from the ranks' sizes and sha256, and `latest`: the checkpoint's URI is returned."""
+        self.saved_at = t = time.monotonic()
+        rss = _reset_peak_rss()
         keep = self.tcfg.keep_checkpoints
-        final = save_checkpoint(self.root, step, write, state, keep=keep, config_hash=config_hash)
-        if self.mirror is not None:
-            self.mirror.upload(final)
-            self.mirror.prune(keep)
-        self.last = final
+        if self.direct:
+            final, manifest = self._save_direct(step, learner, driver_files, state, config_hash)
+        else:
+            def write(tmp: Path) -> None:
+                learner.save(tmp, self.shared_fs)
+                driver_files(tmp)
+
+            final = save_checkpoint(self.root, step, write, state, keep=keep, config_hash=config_hash)
+            if self.mirror is not None:
+                self.mirror.upload(final)
+                self.mirror.prune(keep)
+            self.last = final
+            manifest = json.loads((final / MANIFEST).read_text())
+        peak, size = _peak_rss(), sum(f["size"] for f in manifest["files"].values())
+        self.saves.append({"step": step, "where": str(final), "bytes": size, "seconds": round(time.monotonic() - t, 3),
+                           "driver_peak_rss_growth": None if rss is None or peak is None else peak - rss})
         return final
+
+    def _save_direct(self, step: int, learner: Any, driver_files: Callable[[Path], None], state: dict[str, Any],
+                     config_hash: str) -> tuple[str, dict[str, Any]]:
+        import tempfile
+
+        from actors.files import upload_tree
+
+        name, mirror = f"step_{step:06d}", self.mirror
+        where = mirror.step_uri(name)
+        mirror.clear(name)  # a cut-short upload of this step (a run resumed before it)
+        files = learner.save_to(where)
+        with tempfile.TemporaryDirectory(prefix="parallax-ckpt-") as d:
+            driver_files(Path(d))
+            (Path(d) / "trainer_state.json").write_text(json.dumps(state, indent=1))
+            for rel, entry in upload_tree(d, where).items():
+                if files.setdefault(rel, entry) != entry:
+                    raise RuntimeError(f"{where}/{rel}: written by a learner rank and by the driver")
+        manifest = {"step": step, "config_hash": config_hash, "files": dict(sorted(files.items()))}
+        mirror.finish(name, manifest)
+        mirror.prune(self.tcfg.keep_checkpoints)
+        return where, manifest
+
+    def verify(self, where: Path | str) -> dict[str, Any]:
+        """`verify_checkpoint` of a local checkpoint; at a URI (direct mode), its manifest and every file's
+        size there, without reading the files (the ranks hashed them as they wrote them, and each rank checks
+        the sha256 of what it fetches to resume)."""
+        if isinstance(where, Path):
+            return verify_checkpoint(where)
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(where.rstrip("/"))
+        try:
+            manifest = json.loads(fs.cat_file(f"{path}/{MANIFEST}"))
+            files = manifest["files"]
+        except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{where}/{MANIFEST}: missing or unreadable ({type(e).__name__})") from None
+        for rel, want in files.items():
+            try:
+                size = fs.size(f"{path}/{rel}")
+            except FileNotFoundError:
+                raise CheckpointError(f"{where}/{rel}: missing") from None
+            if size != want["size"]:
+                raise CheckpointError(f"{where}/{rel}: {size} bytes, the manifest says {want['size']} (truncated "
+                                      "or replaced)")
+        return manifest

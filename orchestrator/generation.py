@@ -19,7 +19,7 @@ from actors.faults import Redispatch, wait_alive
 from actors.group import RewardActorGroup, RolloutGroup, split_chunks
 from contract.batch import Prompt, ScoredGroup, StepSamples, Trajectory
 from contract.seeds import chunk_seed
-from weightsync.driver import EngineWeights
+from orchestrator.weights import EngineWeights
 
 if TYPE_CHECKING:
     from orchestrator.logger import Timer

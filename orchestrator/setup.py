@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from actors.files import pack_model
 from actors.group import BundleSpec, LearnerGroup, RewardActorGroup, RolloutGroup, reserve
 from actors.locks import extensions_dir
 from contract.config import ClusterConfig, ParallaxConfig
-from weightsync.driver import WeightSync, make_weight_sync
+from orchestrator.weights import WeightSync, make_weight_sync
 
 REPO_ROOT = str(Path(__file__).resolve().parents[1])
 
@@ -126,14 +127,18 @@ class Groups:
     model_files: object = None
 
     def placement(self, timeout_s: float = 30.0) -> dict[str, dict[str, str]]:
-        """Where each actor runs: `rollout_0` -> its node id and IP, and the model path it loaded. An
+        """Where each actor runs: `rollout_0` -> its node id and IP, the model path it loaded, and the
+        directory its code was imported from (a Ray job's working directory, an image's copy). An
         actor that is restarting or lost as the run ends (a kill between the last step and the summary)
         is reported as `{"unavailable": why}`, all within one `timeout_s`: the run's work is done and
         saved, and a summary must not fail it."""
         def where(worker) -> dict[str, str]:
             ctx = ray.get_runtime_context()
+            # the package its class came from (a class pickled by value has none: "")
+            file = getattr(sys.modules.get(type(worker).__module__), "__file__", None)
             return {"node": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(),
-                    "model_path": str(getattr(worker, "model_path", ""))}
+                    "model_path": str(getattr(worker, "model_path", "")),
+                    "code": str(Path(file).resolve().parents[1]) if file else ""}
 
         refs = {f"{g.role}_{i}": a.__ray_call__.remote(where) for g in (self.rollout, self.reward, self.learner)
                 for i, a in enumerate(g.actors)}

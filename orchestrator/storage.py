@@ -2,10 +2,16 @@
 
 `trainer.checkpoint_dir` names it. Empty: `<run_dir>/checkpoints`. A local path: that directory,
 written like the default (atomic rename, manifest last; orchestrator/checkpoint.py). A URI
-(`s3://bucket/run`, `gs://...`, `file:///mnt/store`, any filesystem fsspec knows): checkpoints are
-first written and verified in `<run_dir>/checkpoints` as usual, then mirrored to the URI, every
-file before `manifest.json` and `latest` after it, so a copy without its manifest is an unfinished
-upload and never resumed from. Old checkpoints are pruned in both places (`keep_checkpoints`).
+(`s3://bucket/run`, `gs://...`, `file:///mnt/store`, any filesystem fsspec knows):
+* with `cluster.shared_fs=false` (nodes that share no disk: cloud VMs, pods) each learner rank writes its
+  own files there itself, and the driver adds only its small files (tokenizer, `trainer_state.json`), the
+  manifest (from the sizes and sha256 the ranks report) and `latest`: no checkpoint byte passes through
+  the driver or its disk (`RunCheckpoints.save`);
+* with a shared filesystem, checkpoints are first written and verified in `<run_dir>/checkpoints` as
+  usual, then mirrored to the URI.
+Either way every file arrives before `manifest.json`, and `latest` after it, so a copy without its
+manifest is an unfinished upload and never resumed from. Old checkpoints are pruned in both places
+(`keep_checkpoints`).
 
 `resume=auto` looks in both: it takes the newest step that verifies, fetching it from the URI when
 the local copy is missing or damaged (a driver that lost its disk, a run moved to another machine),
@@ -14,6 +20,7 @@ and verifies what it fetched. Nothing is read from a URI without being checked a
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -46,11 +53,24 @@ class Mirror:
     def _path(self, *parts: str) -> str:
         return "/".join((self.root, *parts))
 
+    def step_uri(self, name: str) -> str:
+        """Step `name`'s directory at the URI, as a URI (what a learner rank uploads to)."""
+        return f"{self.uri}/{name}"
+
+    def clear(self, name: str) -> None:
+        """Remove step `name` at the URI: a cut-short upload of a step about to be written again."""
+        if self.fs.exists(self._path(name)):
+            self.fs.rm(self._path(name), recursive=True)
+
+    def finish(self, name: str, manifest: dict) -> None:
+        """Step `name` is complete at the URI (every file there): its manifest, then `latest` naming it."""
+        self.fs.pipe_file(self._path(name, MANIFEST), json.dumps(manifest, indent=1).encode())
+        self.fs.pipe_file(self._path("latest"), name.encode())
+
     def upload(self, step_dir: Path) -> None:
         """A verified local checkpoint to the URI: its files, then its manifest, then `latest`."""
         dest = self._path(step_dir.name)
-        if self.fs.exists(dest):
-            self.fs.rm(dest, recursive=True)  # a cut-short upload of the same step
+        self.clear(step_dir.name)
         files = sorted(p for p in step_dir.rglob("*") if p.is_file() and p.name != MANIFEST)
         for p in files:
             rel = p.relative_to(step_dir).as_posix()

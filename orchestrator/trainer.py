@@ -46,8 +46,8 @@ from orchestrator.stops import (
     resume_command,
 )
 from orchestrator.structure import sample_stats
+from orchestrator.weights import EngineWeights
 from rewards.registry import stage_spec
-from weightsync.driver import EngineWeights
 
 
 class SetupError(Exception):
@@ -62,7 +62,7 @@ class Trainer:
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self.ckpts = RunCheckpoints(cfg.trainer, self.run_dir)
+            self.ckpts = RunCheckpoints(cfg.trainer, self.run_dir, cfg.cluster.shared_fs)
             ckpt = self.ckpts.find(cfg.resume)  # verified before anything starts
             p = prepare(cfg, self.run_dir)  # model, data, fields, files: what can fail on the user's input
         except (ValueError, FileNotFoundError, RuntimeError) as e:  # CheckpointError included
@@ -244,10 +244,9 @@ class Trainer:
                                                              if in_table(k)}})
         self.save()
 
-    def save(self) -> Path:
-        def write(tmp: Path) -> None:
-            self.groups.learner.save(tmp, self.cfg.cluster.shared_fs)
-            self.tokenizer.save_pretrained(tmp / "model")
+    def save(self) -> Path | str:
+        def driver_files(d: Path) -> None:  # beside rank 0's model/, so the checkpoint loads as a model
+            self.tokenizer.save_pretrained(d / "model")
 
         consumed = dict(self.data.consumed)
         for ahead in self._ahead:  # drawn for steps not trained yet: a resumed run draws them again
@@ -255,15 +254,16 @@ class Trainer:
         state = {"curriculum": self.curriculum.state_dict(), "wandb_run_id": self.logger.run_id,
                  "global_step": self.curriculum.global_step, "consumed": consumed,
                  "stage_table": self.stage_table}
-        self.newest = self.ckpts.save(self.curriculum.global_step, write, state, config_hash(self.cfg))
+        self.newest = self.ckpts.save(self.curriculum.global_step, self.groups.learner, driver_files, state,
+                                      config_hash(self.cfg))
         return self.newest
 
     def stop_here(self) -> None:
         """A stop signal arrived (orchestrator/stops.py): save the last finished step unless it is saved,
         verify it, and end the run with the command that continues it (`Preempted`)."""
         step = self.curriculum.global_step
-        if step and (self.newest is None or self.newest.name != f"step_{step:06d}"):
-            verify_checkpoint(self.save())
+        if step and (self.newest is None or not str(self.newest).endswith(f"step_{step:06d}")):
+            self.ckpts.verify(self.save())
             saved = f"checkpoint {self.newest} written and verified"
         else:
             saved = f"checkpoint {self.newest} already held them" if step else "nothing to save"
@@ -278,7 +278,7 @@ class Trainer:
         return (f"Its newest checkpoint is {self.newest}; steps after it are trained again. To continue: "
                 f"{resume_command(str(self.run_dir))}")
 
-    def _restore(self, ckpt: Path) -> dict[str, Any]:
+    def _restore(self, ckpt: Path | str) -> dict[str, Any]:
         """Continue from a checkpoint: weights, optimizer, curriculum, data position, W&B run.
 
         Sampling seeds derive from the global step and the config seed, the data iterators from the config seed,
@@ -288,7 +288,8 @@ class Trainer:
         self.curriculum.load_state_dict(state["curriculum"])
         self.data.fast_forward(state["consumed"], {s.name: s for s in self.curriculum.stages})
         self.stage_table = list(state["stage_table"])
-        self.groups.learner.load_training_state(ckpt, self.cfg.cluster.shared_fs)
+        files = self.ckpts.verify(ckpt)["files"] if isinstance(ckpt, str) else None  # at a URI: the ranks fetch them
+        self.groups.learner.load_training_state(ckpt, self.cfg.cluster.shared_fs, files)
         self.weights.push()
         truncate_metrics(self.run_dir / "metrics.jsonl", self.curriculum.global_step)
         print(f"resumed from {ckpt} at step {self.curriculum.global_step}")
@@ -302,7 +303,7 @@ class Trainer:
     def finish(self) -> dict[str, Any]:
         summary = {"run_dir": str(self.run_dir), "model_path": self.model_path, "stages": self.stage_table,
                    "steps": self.curriculum.global_step, "placement": self.groups.placement(),
-                   "started_at": self.started_at, "finished_at": time.time()}
+                   "started_at": self.started_at, "finished_at": time.time(), "checkpoints": self.ckpts.saves}
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         from orchestrator.plots import plot_run
 
@@ -358,6 +359,8 @@ def out_of_space_paragraph(e: OSError, trainer: Trainer) -> str:
     newest = trainer.newest
     if newest is None:
         stays = "No earlier checkpoint of this run exists; resume=auto starts it over."
+    elif isinstance(newest, str):  # at a URI, written by the ranks (orchestrator/storage.py)
+        stays = f"The newest earlier checkpoint is {newest}, complete (its manifest was written after its files)."
     else:
         try:
             verify_checkpoint(newest)

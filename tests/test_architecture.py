@@ -14,7 +14,7 @@ import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["studies", "orchestrator", "evaluation", "actors", "layouts", "parallel", "engines", "weightsync",
+PACKAGES = ["studies", "orchestrator", "evaluation", "actors", "layouts", "executors", "engines", "weightsync",
             "contract", "rewards", "curricula", "toyworld", "tinylm", "models", "formats",
             "trainingdata"]
 
@@ -91,17 +91,17 @@ def test_every_package_opens_by_saying_what_lives_there(package):
     assert doc and len(doc.strip()) > 40, f"{package}/__init__.py needs a docstring naming what it holds"
 
 
-@pytest.mark.parametrize("package", ["contract", "engines", "weightsync", "parallel", "layouts", "rewards", "curricula",
-                                     "formats", "models", "trainingdata"])
+@pytest.mark.parametrize("package", ["contract", "engines", "weightsync", "executors", "layouts", "rewards",
+                                     "curricula", "formats", "models", "trainingdata"])
 def test_pure_packages_import_without_ray_hydra_or_deepspeed(package):
     """The layers below the actors import with torch and transformers alone (the GPU check image has no
-    more), so no test of them needs `sys.modules` mocking. (`weightsync.driver` sits above the actors.)"""
+    more), so no test of them needs `sys.modules` mocking."""
     import subprocess
     import sys
 
     code = (f"import sys, {package}, pkgutil, importlib\n"
             f"for m in pkgutil.walk_packages({package}.__path__, '{package}.'):\n"
-            "    if not m.name.endswith(('__main__', 'cli', 'vllm', 'weightsync.driver')): "
+            "    if not m.name.endswith(('__main__', 'cli', 'vllm')): "
             "importlib.import_module(m.name)\n"
             "heavy = sorted({'ray', 'hydra', 'omegaconf', 'deepspeed', 'vllm'} & set(sys.modules))\n"
             "assert not heavy, heavy")

@@ -79,8 +79,8 @@ class Solution:
     """A teacher's solution: independent branches, then a merge step on the main chain.
 
     ``kind`` is the family: ``"subtask"`` or ``"mul"`` (AND: the merge needs every branch),
-    ``"trial"`` or ``"search"`` (OR: branches test hypotheses, the merge states the winner).  ``merge`` is the Parallel-R1 summary and
-    the Parason main-chain continuation, e.g. ``"12+30=42"`` or ``"x=3"``.  ``key`` is the
+    ``"trial"`` or ``"search"`` (OR: branches test hypotheses, the merge states the winner).  ``merge`` is
+    the Parallel-R1 summary and the Parason main-chain continuation, e.g. ``"12+30=42"`` or ``"x=3"``.  ``key`` is the
     problem's identity up to reordering (``3*4+5*6`` and ``6*5+4*3`` share one), used to keep
     train and test apart.  ``serial_parts``: how many parts the serial trace works before its
     merge (0: all; a serial search stops at the first ``yes``).

@@ -14,7 +14,7 @@ format module is the contract; nothing here spells a tag).  Examples for ``3*4+5
 the merge states the winner.
 
 Thread headers: every Parason ``<Thread>`` opens with its outline entry and a newline
-(``parallel.tracker.thread_header``), the text the parallel executor force-writes there so
+(``executors.tracker.thread_header``), the text the parallel executor force-writes there so
 that each executed thread knows which entry it serves. Teacher traces carry it so SFT teaches
 threads to continue from it (and ``layouts.structured`` marks it forced, out of the loss).
 """

@@ -1,5 +1,5 @@
 """Faults while asleep: colocated engines (`rollout.colocate`, the hf engine on CPU) sleep at level 2 through
-every update, holding no weights, and wake inside the next push (weightsync/driver.py, `EngineWeights`). An
+every update, holding no weights, and wake inside the next push (orchestrator/weights.py, `EngineWeights`). An
 engine killed while asleep, and one killed while it wakes, come back through Ray's restart, rejoin at that
 push, and sample the new policy: a step's generation is never a sample short, and every engine equals the
 learners afterwards. The driver's own calls, on the session's cluster: the same `EngineWeights`, `start` and
@@ -21,7 +21,7 @@ N = 2  # samples per prompt
 @pytest.fixture(scope="module")
 def run(ray_cluster, tiny_model_path):
     from orchestrator.setup import build_groups
-    from weightsync.driver import EngineWeights
+    from orchestrator.weights import EngineWeights
 
     cfg = ParallaxConfig()
     cfg.rollout = RolloutConfig(num_actors=2, num_cpus=0.25, torch_threads=1, n=N, max_new_tokens=8, colocate=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from weightsync.driver import shared_devices
+from orchestrator.weights import shared_devices
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ import ray, torch
 from contract.config import LearnerConfig, ParallaxConfig, RolloutConfig
 from contract.engine import WeightSyncConfig
 from orchestrator.setup import build_groups
-from weightsync.driver import EngineWeights
+from orchestrator.weights import EngineWeights
 
 model, out = sys.argv[1], {}
 ray.init(num_cpus=8, num_gpus=8, include_dashboard=False, log_to_driver=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 
 import pytest
@@ -83,7 +84,7 @@ def test_actors_start_without_what_they_never_use(ray_cluster, groups):
 @pytest.mark.parametrize("method", ["collective", "object_store"])
 def test_weight_sync_makes_rollout_equal_learner(ray_cluster, groups, tiny_model_path, method):
     from contract.engine import WeightSyncConfig
-    from weightsync.driver import make_weight_sync
+    from orchestrator.weights import make_weight_sync
 
     sync = groups.sync if method == "collective" else make_weight_sync(WeightSyncConfig(method=method))
     before = ray_cluster.get(groups.rollout.actors[0].get_weights.remote())
@@ -266,3 +267,52 @@ def test_two_zero1_ranks_step_the_tag_rows_as_one_rank_does(ray_cluster, tiny_mo
     for weights, masters in rows[2]:
         assert torch.equal(weights, masters) and torch.equal(weights, rows[2][0][0])  # ranks agree
         assert (weights - one).abs().max() < 20 * 1e-4  # as the existing 2-vs-1 check, at 20 x lr
+
+
+def test_a_restarted_actor_gets_its_large_constructor_arguments_again(ray_cluster):
+    """Ray keeps an argument over 100 KB (SmolLM2's tokenizer, a reward actor's) in the object store and
+    freed it once the constructor ran: the actor's restart then failed ("deleted by the reference counting
+    protocol") and the run stopped, where a restart was promised. The group holds every argument of a
+    restartable actor: killed, the actor comes back with the same 1 MiB argument."""
+    import signal
+    import time
+
+    from ray.util import remove_placement_group
+
+    from actors.group import ActorGroup, BundleSpec, reserve
+
+    class Holder:
+        def __init__(self, blob: bytes):
+            self.blob = blob
+
+        def pid(self) -> int:
+            return os.getpid()
+
+        def digest(self) -> str:
+            import hashlib
+
+            return hashlib.sha256(self.blob).hexdigest()
+
+    blob = os.urandom(1 << 20)
+    pg, _ = reserve([BundleSpec("holder", 1, 0.1, 0.0)], "PACK", name="restart-args")
+    group = ActorGroup("holder", Holder, 1, pg, 0, 0.1, 0.0, lambda i: {"blob": blob}, "restart-args",
+                       max_restarts=1)
+    try:
+        (actor,) = group.actors
+        old = ray_cluster.get(actor.pid.remote(), timeout=120)
+        time.sleep(1)  # as a loss minutes into a run: Ray has freed what it no longer counts (fails without the hold)
+        os.kill(old, signal.SIGKILL)
+        deadline, answer = time.monotonic() + 120, None
+        while answer is None:
+            try:
+                answer = ray_cluster.get(actor.pid.remote(), timeout=30)
+            except ray_cluster.exceptions.ActorUnavailableError:  # restarting
+                assert time.monotonic() < deadline, "the actor did not come back"
+                time.sleep(0.5)
+        import hashlib
+
+        assert answer != old and ray_cluster.get(actor.digest.remote()) == hashlib.sha256(blob).hexdigest()
+    finally:
+        for a in group.actors:
+            ray_cluster.kill(a, no_restart=True)
+        remove_placement_group(pg)

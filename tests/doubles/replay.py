@@ -4,7 +4,7 @@ A random tiny model driven by `Replay` writes teacher traces token by token whil
 else — the model forward, KV cache, batching, forks, joins, positions, the record — is real.
 `role_scripts` splits a trace (a `formats` tree) into what each executed request emits;
 `layouts.teacher.teacher_role_scripts` does the same for a teacher trace's text. The one replay
-test double of the tests and the benches; engines take it through `parallel.base.engine_processor`,
+test double of the tests and the benches; engines take it through `executors.base.engine_processor`,
 and vLLM, which runs no callback in its workers, takes its scripts (`engines/script_vllm.py`).
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from executors.base import RowView
 from formats import SUBTASK, Tree, render
 from formats.spec import resolve_spec
-from parallel.base import RowView
 
 
 class Replay:

@@ -29,7 +29,8 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
 # weights reaching it over the collective group after every update.
 RUNS = {
     # the suite's shared smoke run (tests/e2e/conftest.py: these overrides and the visible run's), not a
-    # run of its own; the default causal path runs end to end in tests/e2e/test_rl_beats_sft.py (+experiment=reasoning_rl)
+    # run of its own; the default causal path runs end to end in tests/e2e/test_rl_beats_sft.py
+    # (+experiment=reasoning_rl)
     "requests": None,
     # held out: 4 problems x 1 sample (no assertion reads the figures; each evaluation is a vLLM generate)
     "vllm": ["rollout=vllm_cpu", "rollout.executor.mode=executed", "learner.layout=structured",

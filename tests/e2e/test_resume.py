@@ -40,12 +40,14 @@ def _latest_step(run_dir: Path) -> int:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, attach):
-    """One unbroken run, checkpoints copied to a URI as well (trainer.checkpoint_dir, keep 2): the
-    reference the SIGKILLed run must end equal to (a URI changes no metric), and the run whose
-    checkpoints the URI test then loses. Returns its directory and its metrics as they were at the end."""
+    """One unbroken run, its checkpoints at a URI (trainer.checkpoint_dir, keep 2) with no shared filesystem
+    (cluster.shared_fs=false: the learner ranks upload their own files there, the driver writes the manifest):
+    the reference the SIGKILLed run must end equal to (neither changes a metric), and the run whose
+    checkpoints the URI test then damages. Returns its directory and its metrics as they were at the end."""
     root = tmp_path_factory.mktemp("resume")
     # on the session's cluster: the SIGKILLed run below starts its own (its driver is the one killed)
-    uri_args = [f"trainer.checkpoint_dir=file://{root}/store/run", "trainer.keep_checkpoints=2", attach]
+    uri_args = [f"trainer.checkpoint_dir=file://{root}/store/run", "trainer.keep_checkpoints=2",
+                "cluster.shared_fs=false", attach]
     run = root / "run"
     out = subprocess.run(_cmd(run, *uri_args), cwd=ROOT, check=False, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -81,19 +83,30 @@ def test_sigkill_then_resume_matches_uninterrupted(uninterrupted, tmp_path, atta
 
 
 def test_checkpoints_at_a_uri_survive_the_loss_of_the_run_directory(uninterrupted):
-    """trainer.checkpoint_dir=URI: every checkpoint is copied there verified; with the run's own copies
-    gone and the newest copy at the URI damaged, resume=auto fetches the one before, verified, and the
-    run ends as an unbroken one does."""
+    """trainer.checkpoint_dir=URI, cluster.shared_fs=false: the ranks wrote every checkpoint there themselves
+    and nothing of it passed through the driver (its peak RSS grew by less than a tenth of a checkpoint), and
+    each verifies against the manifest the driver wrote from the ranks' sha256. With the run directory gone
+    and the newest checkpoint at the URI damaged, resume=auto passes over it, the ranks fetch the one before
+    from the URI themselves, and the run ends as an unbroken one does."""
+    from orchestrator.checkpoint import verify_checkpoint
+
     run, store, args, unbroken = uninterrupted
-    assert sorted(p.name for p in store.glob("step_*")) == ["step_000008", "step_000010"]  # kept 2, there too
+    assert sorted(p.name for p in store.glob("step_*")) == ["step_000008", "step_000010"]  # kept 2
     assert (store / "latest").read_text() == "step_000010"
+    assert not list((run / "checkpoints").iterdir())  # nothing written on the driver's disk
+    saves = json.loads((run / "summary.json").read_text())["checkpoints"]
+    assert [s["step"] for s in saves] == [2, 4, 6, 8, 10]
+    for s in saves:
+        assert s["where"] == f"file://{store}/step_{s['step']:06d}" and s["bytes"] > 5e6, s
+        assert s["driver_peak_rss_growth"] < s["bytes"] / 10, s
+    assert verify_checkpoint(store / "step_000008")["step"] == 8  # every file hashed again, here
     shutil.rmtree(run / "checkpoints")
     shutil.rmtree(store / "step_000010" / "model")
     again = subprocess.run(_cmd(run, *args, "resume=auto"), cwd=ROOT, check=False, capture_output=True, text=True,
                            timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "passing over step_000010 (fetched from file://" in again.stdout
-    assert "step_000008 fetched from file://" in again.stdout and "at step 8" in again.stdout
+    assert f"passing over step_000010 at file://{store}: " in again.stdout and "model/" in again.stdout
+    assert f"resumed from file://{store}/step_000008 at step 8" in again.stdout
     assert json.loads((run / "summary.json").read_text())["steps"] == 10
     resumed = _metrics(run)
     for step in (8, 9):  # trained again from step_000008: as the unbroken run trained them

@@ -8,8 +8,8 @@ import torch
 from contract.batch import SamplingParams
 from contract.config import ExecutorConfig
 from engines import make_engine
+from executors.kv import KVExecutor
 from formats import parse
-from parallel.kv import KVExecutor
 
 
 @pytest.fixture(scope="module")

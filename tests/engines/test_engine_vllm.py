@@ -167,8 +167,8 @@ def test_vllm_executed_mode_rows_reproduce_its_logprobs(engine, tiny_model_path,
     from contract import algo
     from contract.batch import SamplingParams, Trajectory
     from contract.config import ExecutorConfig
+    from executors.requests import RequestExecutor
     from layouts import build_train_batch
-    from parallel.requests import RequestExecutor
 
     tok = engine.tokenizer
     rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", max_branch_tokens=32, driver=driver), fmt)
@@ -200,9 +200,9 @@ def test_vllm_executed_mode_under_request_grammars(engine, tiny_model_path, fmt,
     from actors.scoring import score_logprobs
     from contract.batch import SamplingParams, Trajectory
     from contract.config import ExecutorConfig
+    from executors.requests import RequestExecutor
     from formats import parse
     from layouts import build_train_batch
-    from parallel.requests import RequestExecutor
 
     tok = engine.tokenizer
     rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", grammar=True, max_branch_tokens=32,
@@ -267,8 +267,8 @@ def test_vllm_async_driver_starts_requests_while_others_decode(engine):
     import toyworld
     from contract.batch import SamplingParams
     from contract.config import ExecutorConfig
+    from executors.requests import RequestExecutor
     from formats import parse, render
-    from parallel.requests import RequestExecutor
 
     tok = engine.tokenizer
     problems = toyworld.generate("subtask", 6, seed=1, difficulty=2)

@@ -18,7 +18,7 @@ import torch
 from contract.batch import SamplingParams
 from contract.config import ExecutorConfig
 from engines.grammar import GrammarMasker
-from parallel.kv import KVExecutor
+from executors.kv import KVExecutor
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Teacher records equal what the real executor records, and the learner scores executed rows exactly.
 
-The executor (parallel/kv.py) runs a random tiny model whose logits a processor pins to the
+The executor (executors/kv.py) runs a random tiny model whose logits a processor pins to the
 teacher's tokens, so each request really samples the teacher text through the real KV cache,
 forks, joins and positions. Then:
 * `teacher_record` (built from the parsed trace alone) must equal the executor's record;
@@ -54,7 +54,7 @@ def execute(lm, problems, fmt: str, mode: str):
 
 def _execute(lm, problems, fmt: str, mode: str):
     from contract.config import ExecutorConfig
-    from parallel.kv import KVExecutor
+    from executors.kv import KVExecutor
 
     model, tok = lm
     prompts = [tok(p.prompt, add_special_tokens=False)["input_ids"] for p in problems]
@@ -151,8 +151,8 @@ def test_teacher_trace_with_gaps_between_threads_is_refused(lm) -> None:
 
 def test_nested_parason_block_record_equals_executor_record(lm) -> None:
     from contract.config import ExecutorConfig
+    from executors.kv import KVExecutor
     from formats import SUBTASK, Block, Branch, Tree, render, with_thread_headers
-    from parallel.kv import KVExecutor
 
     model, tok = lm
     inner = Block((Branch(SUBTASK, ("1+1=2",), "a"), Branch(SUBTASK, ("2+2=4",), "b")))

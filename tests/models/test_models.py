@@ -71,7 +71,7 @@ def test_the_executor_runs_the_prepared_real_model(prepared):
 
     from contract.batch import SamplingParams
     from contract.config import ExecutorConfig
-    from parallel.kv import KVExecutor
+    from executors.kv import KVExecutor
 
     tok = AutoTokenizer.from_pretrained(prepared.path)
     model = AutoModelForCausalLM.from_pretrained(prepared.path).eval()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import stat
 import subprocess
@@ -109,6 +110,15 @@ def test_slurm_script_dry_run_starts_head_workers_then_the_run(tmp_path):
     # the overrides it passes compose as a run's config
     assert _compose(_orchestrator_overrides(runs[0])).cluster.address == "10.0.0.1:6379"
     assert not any(x.startswith("scontrol requeue") for x in lines)  # the run ended by itself: no requeue
+
+
+def test_slurm_script_names_the_data_and_asks_for_the_nodes_memory(tmp_path, monkeypatch):
+    """Every launcher says where the data is (PARALLAX_DATA_DIR, which the paper experiment's SFT stage
+    reads), and asks for the memory the driver and the actors need (issue 50, item 6)."""
+    monkeypatch.delenv("PARALLAX_DATA_DIR", raising=False)
+    lines = _slurm_dry_run(tmp_path, python=f'echo "data=$PARALLAX_DATA_DIR" >> {tmp_path / "calls.log"}\n')
+    assert f"data={Path.cwd() / 'data'}" in lines, lines
+    assert re.search(r"^#SBATCH --mem=0$", (ROOT / "cluster" / "slurm.sh").read_text(), re.MULTILINE)
 
 
 def test_slurm_script_passes_the_time_limit_signal_to_the_driver_and_requeues_on_75(tmp_path):

@@ -67,8 +67,15 @@ def test_rollout_and_learners_on_different_nodes_train_without_a_shared_filesyst
     assert (ckpt / "model" / "config.json").exists()
     shards = sorted(p.name for p in (ckpt / "training_state" / "state").iterdir())
     assert "zero_pp_rank_1_mp_rank_00_optim_states.pt" in shards, shards  # rank 1's own file, from its node
-    # and a run resumed on the same cluster from the SFT checkpoint loads it back through the object store
-    again = _run(tmp_path / "again", cluster_address, f"resume={run / 'checkpoints' / 'step_000004'}")
+    # and a run resumed on the same cluster from the SFT checkpoint loads it back through the object store;
+    # its own checkpoint goes to a URI, each learner uploading its files from its node (issue 50 item 3)
+    store = tmp_path / "store"
+    again = _run(tmp_path / "again", cluster_address, f"resume={run / 'checkpoints' / 'step_000004'}",
+                 f"trainer.checkpoint_dir=file://{store}")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "at step 4" in again.stdout
     assert json.loads((tmp_path / "again" / "summary.json").read_text())["steps"] == 7
+    verify_checkpoint(store / "step_000007")  # the manifest the driver wrote from both ranks' sha256
+    shards = sorted(p.name for p in (store / "step_000007" / "training_state" / "state").iterdir())
+    assert {"zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"} <= set(shards)
+    assert not list((tmp_path / "again" / "checkpoints").iterdir())

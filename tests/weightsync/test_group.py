@@ -85,7 +85,7 @@ print("SYNCED")
 
 @pytest.mark.gpu
 def test_nccl_refuses_two_ranks_on_one_gpu(tmp_path):
-    """The premise of `weightsync.driver.shared_devices` and of the same-device hand-off: NCCL cannot hold two
+    """The premise of `orchestrator.weights.shared_devices` and of the same-device hand-off: NCCL cannot hold two
     members of the sync group on one device, so an engine on a learner rank's GPU is handed its weights
     there (`weightsync.handoff`). Should a NCCL ever accept it, this fails, and the colocated path could
     take the collective."""

@@ -1,7 +1,7 @@
 """Parason thread headers: each executed thread is told which outline entry it serves.
 
 The executor forces, after the k-th `<Thread>` of a block, the tokens of outline entry k and a
-newline (`parallel.tracker.thread_header`). Checked here on the real executor and a random
+newline (`executors.tracker.thread_header`). Checked here on the real executor and a random
 tiny model: the headers are there and distinct, forced (no logprob, out of the loss), identical in
 executed and sequential mode, accepted by the grammar, and the learner's structured logprobs still
 equal the engine's with them in the context.
@@ -16,9 +16,9 @@ from doubles.replay import Replay, role_scripts, sequential_script  # tests/ is 
 import toyworld
 from contract.batch import SamplingParams, Trajectory
 from contract.config import ExecutorConfig
+from executors.kv import KVExecutor
 from formats import THREAD_HEADER_SEP, parse, thread_header
 from layouts import masks
-from parallel.kv import KVExecutor
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Parallel execution: the parallel formats run for real, every branch its own engine request.
+"""The executors of `<Parallel>` blocks: the parallel formats run for real, every branch its own engine request.
 
 * `tracker.py`: the tag state machine (fork, join, forced tags, caps) both executors drive;
 * `record.py`: the execution record built from the segments each request emitted;

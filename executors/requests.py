@@ -1,8 +1,8 @@
 """Request executor: the parallel formats over any engine's `generate` (vLLM on GPU; hf stands in on CPU).
 
-`parallel.kv.KVExecutor` forks inside one decode loop and merges the branches' KV at a
+`executors.kv.KVExecutor` forks inside one decode loop and merges the branches' KV at a
 join; it needs per-token control of a transformers model. Engines such as vLLM only take whole
-requests, so this executor drives the same `Tracker` (parallel/tracker.py) one *engine
+requests, so this executor drives the same `Tracker` (executors/tracker.py) one *engine
 request* at a time, as Parason dispatches threads on SGLang:
 
 * the tags where the executor acts are stop tokens (`stop_tags`: a branch's closing tag, the
@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from contract.batch import Completion, SamplingParams
 from contract.config import ExecutorConfig
 from contract.seeds import EXECUTOR_ROUND, substream
-from parallel.base import Chain, Execution, ExecutorBase, Group, Processor, Traj, engine_processor
-from parallel.record import Segment, prompt_segment
-from parallel.tracker import Tracker
+from executors.base import Chain, Execution, ExecutorBase, Group, Processor, Traj, engine_processor
+from executors.record import Segment, prompt_segment
+from executors.tracker import Tracker
 
 MAX_REDRAWS = 4  # resamples of a request that drew a banned tag before its branch is closed
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from actors.faults import ActorLost
-from weightsync import driver
+from orchestrator import weights
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def test_a_peer_killed_after_the_learner_failed_is_the_error(ray_cluster):
     killer.start()
     t0 = time.monotonic()
     with pytest.raises(ActorLost) as got:
-        driver._wait(refs, 60, "broadcast")
+        weights._wait(refs, 60, "broadcast")
     killer.join()
     assert (got.value.role, got.value.rank) == ("rollout", 0), got.value
     assert "Connection closed by peer" in str(got.value.__cause__)  # the learner's own error stays attached
@@ -49,12 +49,12 @@ def test_a_peer_killed_after_the_learner_failed_is_the_error(ray_cluster):
 
 
 def test_without_a_loss_the_collective_error_stands_after_the_grace(ray_cluster, monkeypatch):
-    monkeypatch.setattr(driver, "LOSS_GRACE_S", 1.0)
+    monkeypatch.setattr(weights, "LOSS_GRACE_S", 1.0)
     learner, rollout = _actors(ray_cluster)
     refs = {"learner": [learner.fail_after.remote(0.2)], "rollout_0": [rollout.block.remote(30)]}
     t0 = time.monotonic()
     with pytest.raises(Exception, match="Connection closed by peer") as got:
-        driver._wait(refs, 60, "broadcast")
+        weights._wait(refs, 60, "broadcast")
     assert not isinstance(got.value, ActorLost)
     assert time.monotonic() - t0 < 10  # the grace, not the sync timeout
     ray_cluster.kill(rollout)
@@ -86,7 +86,7 @@ def test_a_member_lost_while_the_group_forms_frees_the_others_within_seconds(ray
     killer.start()
     t0 = time.monotonic()
     with pytest.raises(ActorLost) as got:
-        driver._form(refs, 300, "opening a gloo group of 3 ranks")
+        weights._form(refs, 300, "opening a gloo group of 3 ranks")
     killer.join()
     assert (got.value.role, got.value.rank) == ("rollout", 0)
     assert ray.get(learner.ping.remote(), timeout=20) == "free"  # the learner takes its next call

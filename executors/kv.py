@@ -8,7 +8,7 @@ the shared prefix holds it), the request is suspended and n *branch requests* st
 copy of the prefix KV (computed once), its opening tag forced, and positions continuing from the
 prefix length (every branch starts at the same position: "multiverse" positions); a Parason
 thread then gets its *header* forced — its outline entry's tokens and a newline — so each thread
-knows which entry it serves (`parallel/tracker.py`, "Thread headers"). Branch rows of
+knows which entry it serves (`executors/tracker.py`, "Thread headers"). Branch rows of
 all trajectories decode in the same batch. A branch ends at its closing tag (fed, so its KV is
 complete). When all n branches ended, the *continuation* request starts: its KV is the prefix
 followed by every branch's own KV *as computed in its branch*, concatenated along time (keys
@@ -30,7 +30,7 @@ trajectory finishes with "length"). EOS (or a stop token) inside a block is not 
 innermost branch body is closed instead (outside any branch body: everything, then the
 trajectory stops with "stop"), identically in both modes.
 
-Logprobs and forced tokens: `parallel/base.py`.
+Logprobs and forced tokens: `executors/base.py`.
 """
 
 from __future__ import annotations
@@ -43,15 +43,15 @@ import torch
 from contract.batch import SamplingParams
 from contract.config import ExecutorConfig
 from engines.sampling import grammar_draw, sample, top_p_filter
-from parallel.base import Chain, Execution, ExecutorBase, Group, Processor, Traj
-from parallel.record import prompt_segment
-from parallel.rows import RowBatch, RowState
-from parallel.tracker import Tracker
+from executors.base import Chain, Execution, ExecutorBase, Group, Processor, Traj
+from executors.record import prompt_segment
+from executors.rows import RowBatch, RowState
+from executors.tracker import Tracker
 
 
 @dataclass(eq=False)
 class _Row(Chain, RowState):
-    """A request of the decode loop: its KV row (`RowState`) and its chain (`parallel.base.Chain`)."""
+    """A request of the decode loop: its KV row (`RowState`) and its chain (`executors.base.Chain`)."""
 
     pending: str = ""  # "fork" | "done": act after the next step feeds the token
     fork_n: int = 0

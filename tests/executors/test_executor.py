@@ -15,6 +15,7 @@ from doubles.replay import Replay, role_scripts  # tests/ is on sys.path
 import toyworld
 from contract.batch import ExecutionRecord, SamplingParams
 from contract.config import ExecutorConfig
+from executors.kv import KVExecutor
 from formats import (
     SUBTASK,
     TRIAL,
@@ -26,7 +27,6 @@ from formats import (
     thread_header,
     with_thread_headers,
 )
-from parallel.kv import KVExecutor
 
 
 def run(model, tok, trees, fmt, mode, prompts=None, max_new_tokens=200, **cfg):

@@ -1,4 +1,4 @@
-"""Request executor (parallel/requests.py): the parallel formats over whole engine requests.
+"""Request executor (executors/requests.py): the parallel formats over whole engine requests.
 
 The real hf engine stands in at vLLM's boundary (`Engine.generate` with per-request limits and
 stop tokens); `Replay`, passed down as an engine-level processor, makes each request write a
@@ -20,10 +20,10 @@ from contract.batch import Completion, Prompt, SamplingParams, Trajectory
 from contract.config import ExecutorConfig, RolloutConfig
 from engines import ENGINES
 from engines.hf import HFEngine
+from executors.kv import KVExecutor
+from executors.requests import MAX_REDRAWS, RequestExecutor
 from formats import parse, render
 from layouts import build_train_batch
-from parallel.kv import KVExecutor
-from parallel.requests import MAX_REDRAWS, RequestExecutor
 
 
 @pytest.fixture(scope="module")
@@ -261,7 +261,7 @@ def test_free_sampling_under_request_grammars_parses_and_scores_exactly(engine, 
 
 
 def test_a_tag_spelled_in_pieces_is_cut_where_the_spelling_starts(engine):
-    from parallel.base import Traj
+    from executors.base import Traj
 
     tok = engine.tokenizer
     rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", grammar=True), "parason")

@@ -1,6 +1,6 @@
 """What both executors share: trajectories, request chains, groups, caps, fork/join bookkeeping.
 
-The KV executor (`parallel/kv.py`) and the request executor (`parallel/requests.py`) differ in
+The KV executor (`executors/kv.py`) and the request executor (`executors/requests.py`) differ in
 how an engine request runs (rows of one decode loop over a forked KV cache, or whole engine
 requests that re-read their context). Everything else is the same and lives here:
 
@@ -28,9 +28,9 @@ import torch
 
 from contract.batch import ExecutionRecord, SamplingParams
 from contract.config import ExecutorConfig
+from executors.record import Segment, build_record
+from executors.tracker import TagIds, Tracker
 from formats.spec import resolve_spec
-from parallel.record import Segment, build_record
-from parallel.tracker import TagIds, Tracker
 
 MODES = ("executed", "sequential")
 

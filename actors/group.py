@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from contract.batch import SFTBatch, TrainBatch
+from parallax.contract.batch import SFTBatch, TrainBatch
 
 
 @dataclass
@@ -132,10 +131,7 @@ class RolloutGroup(ActorGroup):
 
 
 class RewardActorGroup(ActorGroup):
-    def async_score(self, groups: list[Any], **kwargs) -> list[ray.ObjectRef]:
-        """Groups split across reward actors; one RewardBatch ref per non-empty chunk, in order."""
-        return [a.score.remote(chunk, **kwargs)
-                for a, chunk in zip(self.actors, split_chunks(groups, len(self.actors))) if chunk]
+    """The reward actors; a step's groups are scored over them by `orchestrator.generation`."""
 
 
 class LearnerGroup(ActorGroup):

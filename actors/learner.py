@@ -2,11 +2,11 @@
 
 One worker per data-parallel rank. On CPU the process group is gloo; on GPU, NCCL. Each
 rank takes an interleaved shard of the batch; losses are normalised by global token counts
-(see contract/algo.py), so the update does not depend on the world size or on the
+(see parallax/contract/algo.py), so the update does not depend on the world size or on the
 micro-batch split. Gradient accumulation is driven explicitly: every micro-batch calls
 `backward`, the last one marks the accumulation boundary and `step()` applies the update.
 SFT micro-batches may be packed (`learner.sft_packing`): several examples per row, each attending
-only to itself (`layouts.packing.pack_sft_batch`); the token-sum loss is the same.
+only to itself (`parallax.layouts.packing.pack_sft_batch`); the token-sum loss is the same.
 With `learner.lora.r > 0` the model trains LoRA adapters and the tag rows (actors/lora.py); every
 export (state_dict, save_pretrained, the weight sync) is still the plain model, merged.
 """
@@ -24,9 +24,9 @@ from actors import lora
 from actors.devices import native_bf16
 from actors.files import download_tree, tree_pieces, upload_tree, write_tree
 from actors.scoring import score_logprobs, sft_loss, sft_micro_batches
-from contract import algo
-from contract.batch import SFTBatch, TrainBatch
-from contract.learner import LearnerConfig
+from parallax.contract import algo
+from parallax.contract.batch import SFTBatch, TrainBatch
+from parallax.contract.learner import LearnerConfig
 
 
 def ds_config(cfg: LearnerConfig, dtype: str) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def ds_config(cfg: LearnerConfig, dtype: str) -> dict[str, Any]:
 
 def attention_kernel(choice: str, cuda: bool) -> str:
     """`learner.attn_implementation` as transformers names it: auto is FlexAttention on CUDA (where this
-    torch has it) and the block-sparse SDPA elsewhere (layouts/masks.py builds the mask either takes).
+    torch has it) and the block-sparse SDPA elsewhere (parallax/layouts/masks.py builds the mask either takes).
     FlexAttention on a CPU learner is refused: torch runs its forward there, but not its backward."""
     if choice == "flex_attention" and not cuda:
         raise ValueError("learner.attn_implementation=flex_attention needs a CUDA learner: FlexAttention has no "
@@ -61,8 +61,8 @@ def tag_ids(model_path: str) -> list[int]:
     """The ids of the format tags that `model_path`'s tokenizer holds as one token each."""
     from transformers import AutoTokenizer
 
-    from formats import ALL_SPECIAL_TOKENS
-    from models.prepare import tag_ids as ids_of
+    from parallax.formats import ALL_SPECIAL_TOKENS
+    from parallax.models.prepare import tag_ids as ids_of
 
     return ids_of(AutoTokenizer.from_pretrained(model_path), ALL_SPECIAL_TOKENS)
 
@@ -74,7 +74,7 @@ class LearnerWorker:
                  init_method: str, master_port: int, seed: int = 0, model_files: dict | None = None):
         import time
 
-        from weightsync.group import loopback_only
+        from parallax.weightsync.group import loopback_only
 
         started = time.time()
         # init_method: file:// when every rank is on one node (no store socket; gloo on loopback),
@@ -320,7 +320,7 @@ class LearnerWorker:
     def _plan(self, bucket_bytes: int, dtype: str | None = None):
         """The export's buckets and aliases from metadata alone (ZeRO-3's full shapes): no gather; floating
         tensors in `dtype` (the engines' weight dtype) where given."""
-        from weightsync.plan import plan_named
+        from parallax.weightsync.plan import plan_named
 
         return plan_named(self._named_weights(), bucket_bytes, dtype)
 
@@ -359,11 +359,11 @@ class LearnerWorker:
                   bucket_bytes: int, dtype: str | None = None, abandonable: bool = True) -> dict | None:
         """Join the weight-sync group as its rank 0 (learner rank 0 only; every rank keeps the bucket
         plan, which `send_weights` walks in step; `address` None: no group, the plan only). Returns the
-        plan every receiver follows, in wire form (`weightsync.plan`). `dtype`: the engines' weight dtype,
+        plan every receiver follows, in wire form (`parallax.weightsync.plan`). `dtype`: the engines' weight dtype,
         which the weights are sent in. `abandonable=False`: called in this process, not as a Ray task (a
         benchmark: no Ray needed)."""
-        from weightsync.group import SyncGroup
-        from weightsync.plan import plan_to_wire
+        from parallax.weightsync.group import SyncGroup
+        from parallax.weightsync.plan import plan_to_wire
 
         self._sync_plan = self._plan(bucket_bytes, dtype)
         if self.rank != 0:
@@ -408,12 +408,12 @@ class LearnerWorker:
         """Broadcast the current weights over the sync group, bucket by bucket (rank 0 sends; every rank
         joins each bucket's ZeRO-3 gather). Under ZeRO-3 a bucket is copied out before its gather ends.
         `stage`: also pack each bucket into a buffer of this rank's own, shared with the engine on its
-        device (`weightsync.handoff`) and kept until `release_staged`; "handles" holds their handles.
+        device (`parallax.weightsync.handoff`) and kept until `release_staged`; "handles" holds their handles.
         Rank 0 and a staging rank return their figures, any other None."""
         import time
 
-        from weightsync.handoff import share
-        from weightsync.plan import pack
+        from parallax.weightsync.handoff import share
+        from parallax.weightsync.plan import pack
 
         t = time.perf_counter()
         plan, handles, self._staged = self._sync_plan, [], []

@@ -1,8 +1,8 @@
-"""LoRA on the learner's model through peft (`learner.lora.*`, contract/learner.py `LoraConfig`).
+"""LoRA on the learner's model through peft (`learner.lora.*`, parallax/contract/learner.py `LoraConfig`).
 
 `wrap` freezes the base and adds adapters to the targeted projections (W x + (alpha / r) B A x) and,
 with `train_tags`, makes the format tags' embedding rows trainable as peft's trainable tokens: those
-rows are new and all alike (models/prepare.py gives each the vocabulary's mean), and adapters on the
+rows are new and all alike (parallax/models/prepare.py gives each the vocabulary's mean), and adapters on the
 projections cannot tell identical inputs apart, so without them SFT could not teach the format. peft
 stores a trainable row's value (not a difference) in `trainable_tokens_delta` and writes it over the
 base row in the forward; a tied output embedding follows the input one, an untied one gets its own.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from contract.batch import Prompt, SamplingParams, Trajectory
-from contract.config import RolloutConfig
-from engines import make_engine
+from parallax.contract.batch import Prompt, SamplingParams, Trajectory
+from parallax.contract.config import RolloutConfig
+from parallax.engines import make_engine
 
 
 class RolloutWorker:
@@ -56,15 +56,15 @@ class RolloutWorker:
         self.executor = None  # KVExecutor | RequestExecutor; both share the engine's weights
         self.grammar = None  # mode off: the format's EBNF for the engine's structured outputs
         if cfg.executor.mode != "off" and cfg.dispatch == "requests":
-            from executors.requests import RequestExecutor
+            from parallax.executors.requests import RequestExecutor
 
             self.executor = RequestExecutor(self.engine, self.tokenizer, cfg.executor, fmt)
         elif cfg.executor.mode != "off":
-            from executors.kv import KVExecutor
+            from parallax.executors.kv import KVExecutor
 
             self.executor = KVExecutor.from_engine(self.engine, cfg.executor, fmt)
         elif cfg.executor.grammar:
-            from formats import ebnf
+            from parallax.formats import ebnf
 
             self.grammar = ebnf(fmt)
         # when this constructor began and returned (wall clock): the start-up order (orchestrator/setup.py)
@@ -183,7 +183,7 @@ class RolloutWorker:
         return got
 
     def receive_shared(self, handles: list[bytes], plan: dict, version: int) -> int:
-        """The same-device hand-off (`weightsync.handoff`): the buffers the learner rank on this actor's
+        """The same-device hand-off (`parallax.weightsync.handoff`): the buffers the learner rank on this actor's
         device staged, into the engine, as policy `version`."""
         got = self.engine.receive_shared(handles, plan)
         self.version, self.blank = version, False

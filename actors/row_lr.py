@@ -1,7 +1,7 @@
 """Some rows of the embedding matrices stepped at a multiple of the optimizer's learning rate.
 
 A pretrained model meets the format tags (``<Parallel>``, ``<Path>``, ...) as new one-token rows
-(models/prepare.py: the vocabulary's mean). AdamW moves each coordinate by at most about the learning
+(parallax/models/prepare.py: the vocabulary's mean). AdamW moves each coordinate by at most about the learning
 rate per step, so at an SFT learning rate of 1e-4 the tag rows barely move in a cold start: SmolLM2
 keeps the tags at NLL ~6.6 after 80 steps while every other trace token reaches ~0
 (docs/real_model.md). `learner.sft_tag_lr_mult` steps those rows at mult x the learning rate.

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import torch
 
-from contract import algo
-from contract.batch import SFTBatch
-from contract.learner import LearnerConfig
+from parallax.contract import algo
+from parallax.contract.batch import SFTBatch
+from parallax.contract.learner import LearnerConfig
 
 
 def score_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float,
                    structure: tuple | None, device, scored: torch.Tensor | None = None, entropy: bool = False):
     """[b, L] token logprobs; `structure` = (position_ids, segment_ids, segment_visible) of a
-    structured or packed batch (see layouts/masks.py), or None / all-None for plain causal rows.
+    structured or packed batch (see parallax/layouts/masks.py), or None / all-None for plain causal rows.
 
     `scored` ([b, L], the loss mask): logits are computed only from the column before the first
     scored token on (``logits_to_keep``), as TRL does for completions: a prompt's lm_head and
@@ -22,7 +22,7 @@ def score_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     `entropy`: also the entropy of the distribution that predicted each token ([b, L], no gradient),
     returned as (logprobs, entropy)."""
     if structure is not None and structure[0] is not None:
-        from layouts.masks import structured_logprobs
+        from parallax.layouts.masks import structured_logprobs
 
         pos, seg, vis = (t.to(device) for t in structure)
         return structured_logprobs(model, input_ids.to(device), pos, seg, vis, temperature,
@@ -47,7 +47,7 @@ def sft_micro_batches(batch: SFTBatch, cfg: LearnerConfig) -> list[SFTBatch]:
     micro = batch.split(cfg.micro_batch_size)
     if not cfg.sft_packing:
         return micro
-    from layouts.packing import pack_sft_batch
+    from parallax.layouts.packing import pack_sft_batch
 
     return [pack_sft_batch(mb, cfg.sft_pack_length) for mb in micro]
 

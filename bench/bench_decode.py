@@ -1,4 +1,4 @@
-"""Benchmark: the HF engine's decode step, copy-free (`engines.decode_kv`) vs transformers' own path.
+"""Benchmark: the HF engine's decode step, copy-free (`parallax.engines.decode_kv`) vs transformers' own path.
 
 The same `HFEngine.generate` calls (same prompts, seeds and tokens: checked) run with
 `KVDecoder.fast` on and off, alternating `--repeat` times so both see the same load; best of
@@ -23,10 +23,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 
-import toyworld
-from contract.batch import SamplingParams
-from engines import decode_kv
-from engines.hf import HFEngine
+from parallax import toyworld
+from parallax.contract.batch import SamplingParams
+from parallax.engines import decode_kv
+from parallax.engines.hf import HFEngine
 
 
 class _Switch:
@@ -53,7 +53,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from tinylm import TinyModelConfig, build_tiny_model
+    from parallax.tinylm import TinyModelConfig, build_tiny_model
 
     path = build_tiny_model(tempfile.mkdtemp(prefix="bench_decode_"), TinyModelConfig(), toyworld.corpus(500, 0))
     engine = HFEngine(path, max_batch_size=max(args.rows))

@@ -63,12 +63,12 @@ sys.path.append(os.path.join(ROOT, "tests"))  # the tests' replay double (tests/
 import torch
 from doubles.replay import Replay, role_scripts, sequential_script
 
-import toyworld
-from contract.batch import SamplingParams
-from contract.config import ExecutorConfig
-from engines.decode_kv import KVDecoder
-from executors.kv import KVExecutor
-from formats import parse
+from parallax import toyworld
+from parallax.contract.batch import SamplingParams
+from parallax.contract.config import ExecutorConfig
+from parallax.engines.decode_kv import KVDecoder
+from parallax.executors.kv import KVExecutor
+from parallax.formats import parse
 
 
 def timed_run(model, tok, problems, mode: str, grammar: bool, repeat: int, speculative: bool = True):
@@ -245,7 +245,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tinylm import TinyModelConfig, build_tiny_model
+    from parallax.tinylm import TinyModelConfig, build_tiny_model
 
     mcfg = TinyModelConfig(hidden_size=args.hidden, num_layers=args.layers, intermediate_size=3 * args.hidden)
     path = build_tiny_model(tempfile.mkdtemp(prefix="bench_exec_"), mcfg, toyworld.corpus(500, 0))

@@ -9,7 +9,7 @@ Parallel-R1, half Parason with nesting; ~10% sequential-only, ~10% truncated), t
 Prints a table and one final JSON line (``{"bench": "formats", "traj_per_s": ..., ...}``):
 ``traj_per_s``/``mb_per_s`` from wall time, ``traj_per_cpu_s`` from process CPU time (less
 sensitive to other load on the machine), a CPU calibration figure to compare machines, and
-``speedups``: whether the optional C accelerator ``formats._speedups`` was used (build it with
+``speedups``: whether the optional C accelerator ``parallax.formats._speedups`` was used (build it with
 ``pip install -e .``; ``PARALLAX_FORMATS_PURE=1`` measures the pure-Python path).
 """
 
@@ -24,8 +24,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from formats import PARALLEL_R1, PARASON, compute_metrics, parse
-from formats.units import speedups_enabled
+from parallax.formats import PARALLEL_R1, PARASON, compute_metrics, parse
+from parallax.formats.units import speedups_enabled
 
 _WORDS = [
     "we",

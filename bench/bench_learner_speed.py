@@ -4,7 +4,7 @@ batch, in GFLOP/s and tokens/s, in fp32 and under bf16 autocast (`learner.autoca
 The plain step is what the hardware gives a causal LM with no framework around it: forward with the
 labels, backward, AdamW step. The learner's steps are `LearnerWorker.sft_step` and `grpo_step` (DeepSpeed,
 one rank, in this process; `--zero-stage`, `--gradient-checkpointing`) on a batch of the same shape:
-causal rows, or `--layout structured` (parallel branches and joins, layouts/masks.py: FlexAttention on
+causal rows, or `--layout structured` (parallel branches and joins, parallax/layouts/masks.py: FlexAttention on
 CUDA, the block-sparse SDPA on CPU; the plain step stays causal). GFLOP/s counts 6 x parameters x
 tokens per step (attention ignored, the same for every row; a `score` pass, forward only, does a third
 of that work: its `vs_plain` is not a like-for-like ratio). Every path runs `--warmup` steps, then
@@ -66,12 +66,12 @@ def model_dir(root: Path, model: str, device: str = "cpu") -> Path:
     if model in QWEN3:
         return qwen3_dir(root, model, device)
     if model == "tiny":
-        import toyworld
-        from tinylm import TinyModelConfig, build_tiny_model
+        from parallax import toyworld
+        from parallax.tinylm import TinyModelConfig, build_tiny_model
 
         return Path(build_tiny_model(root / "tiny", TinyModelConfig(), toyworld.corpus(500, 0)))
-    from formats import ALL_SPECIAL_TOKENS
-    from models import materialize, prepare_model_dir
+    from parallax.formats import ALL_SPECIAL_TOKENS
+    from parallax.models import materialize, prepare_model_dir
 
     return Path(prepare_model_dir(materialize(model), root / "base", ALL_SPECIAL_TOKENS).path)
 
@@ -132,7 +132,7 @@ def make_learner(path: Path, batch: int, threads: int, dtype: str = "float32", z
     precision is switched on its config between runs. It takes the device DeepSpeed finds (CUDA where
     this process sees a GPU)."""
     from actors.learner import LearnerWorker
-    from contract.config import LearnerConfig
+    from parallax.contract.config import LearnerConfig
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -146,7 +146,7 @@ def structure_of(batch: int, tokens: int):
     """(position_ids, segment_ids, segment_visible) of `batch` rows of parallel branches and joins."""
     from bench_masks import synthetic_record
 
-    from layouts import masks
+    from parallax.layouts import masks
 
     return masks.pack_records([synthetic_record(tokens) for _ in range(batch)])
 
@@ -154,7 +154,7 @@ def structure_of(batch: int, tokens: int):
 def learner(worker, ids, structure, bf16: bool, kind: str, warmup: int, steps: int):
     import torch
 
-    from contract.batch import SFTBatch, TrainBatch
+    from parallax.contract.batch import SFTBatch, TrainBatch
 
     worker.cfg.autocast = "bf16" if bf16 else "off"
     ones = torch.ones_like(ids)
@@ -180,7 +180,7 @@ def export(worker) -> dict:
 
     import torch
 
-    from weightsync.group import SyncGroup
+    from parallax.weightsync.group import SyncGroup
 
     t0 = time.perf_counter()
     state = worker.state_dict()

@@ -6,7 +6,7 @@
 ``step``: forward+backward of a tiny Qwen3 (fp32, CPU, batch 1) per layout; step time is the min
 over interleaved steps (robust to a shared machine), peak RSS is measured in a fresh subprocess:
   causal      plain causal attention (HF's SDPA is_causal path, no mask tensor);
-  structured  layouts/masks.py: layout tensors -> vectorised 4-D SDPA mask + predictor gather
+  structured  parallax/layouts/masks.py: layout tensors -> vectorised 4-D SDPA mask + predictor gather
               (mask construction is inside the timed step);
   naive       the same 4-D mask built the way the public Parallel-R1 code does it in spirit: a
               Python loop over every (query, key) pair (build time reported separately).
@@ -48,8 +48,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.append(os.path.join(ROOT, "tests"))  # the tests' replay double (tests/doubles/replay.py)
 
-from contract.batch import ExecutionRecord
-from layouts import masks
+from parallax.contract.batch import ExecutionRecord
+from parallax.layouts import masks
 
 
 def synthetic_record(L: int, branches: int = 4) -> ExecutionRecord:
@@ -113,7 +113,7 @@ def tiny_model(max_pos: int):
 
 def _stepper(layout: str, L: int):
     """(model, step function) for one layout; the structured step builds its mask inside."""
-    from contract.algo import token_logprobs
+    from parallax.contract.algo import token_logprobs
 
     model = tiny_model(2 * L)
     ids = torch.randint(2, 400, (1, L), generator=torch.Generator().manual_seed(0))
@@ -215,14 +215,14 @@ def run_consistency(args) -> None:
     from doubles.replay import Replay
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import toyworld
-    from contract.algo import token_logprobs
-    from contract.batch import SamplingParams, Trajectory
-    from contract.config import ExecutorConfig
-    from executors.kv import KVExecutor
-    from layouts import build_train_batch
-    from layouts.teacher import teacher_role_scripts
-    from tinylm import TinyModelConfig, build_tiny_model
+    from parallax import toyworld
+    from parallax.contract.algo import token_logprobs
+    from parallax.contract.batch import SamplingParams, Trajectory
+    from parallax.contract.config import ExecutorConfig
+    from parallax.executors.kv import KVExecutor
+    from parallax.layouts import build_train_batch
+    from parallax.layouts.teacher import teacher_role_scripts
+    from parallax.tinylm import TinyModelConfig, build_tiny_model
 
     path = build_tiny_model(
         tempfile.mkdtemp(), TinyModelConfig(max_position_embeddings=2048), toyworld.corpus(500, 0)
@@ -274,11 +274,11 @@ def run_sft_packing(args) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from actors.scoring import sft_loss, sft_micro_batches
-    from contract.config import DataConfig, LearnerConfig
-    from layouts.causal import sft_batch
-    from layouts.structured import structured_sft_batch
-    from tinylm import TinyModelConfig, build_tiny_model
-    from trainingdata.streams import batches, load_problems, tokenizer_corpus
+    from parallax.contract.config import DataConfig, LearnerConfig
+    from parallax.layouts.causal import sft_batch
+    from parallax.layouts.structured import structured_sft_batch
+    from parallax.tinylm import TinyModelConfig, build_tiny_model
+    from parallax.trainingdata.streams import batches, load_problems, tokenizer_corpus
 
     data = DataConfig()  # the default run's toy data: parallel_r1 traces, difficulty 1
     train, _ = load_problems(data)

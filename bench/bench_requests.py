@@ -25,7 +25,7 @@ Figures:
 * learner tokens: the rows the learner scores for these records, over one text-order row per
   trajectory — `tw_tokens_ratio` for threadweaver (one causal row per request: the prefix once
   per request), `struct_tokens_ratio` for structured (the text plus copies of later branches,
-  layouts/reprefill.py). Both are exact; the KV executor's records need ratio 1.0.
+  parallax/layouts/reprefill.py). Both are exact; the KV executor's records need ratio 1.0.
 
     python bench/bench_requests.py [--n 16] [--batch 1 4 16] [--repeat 3] [--threads 1] [--grammar]
 
@@ -48,15 +48,15 @@ sys.path.insert(0, ROOT)
 sys.path.append(os.path.join(ROOT, "tests"))  # the tests' replay double (tests/doubles/replay.py)
 
 import torch
-from doubles.replay import Replay, role_scripts, sequential_script
+from doubles.replay import SCRIPT_PROCESSOR, Replay, role_scripts, sequential_script
 
-import toyworld
-from contract.batch import SamplingParams, Trajectory
-from contract.config import ExecutorConfig
-from executors.kv import KVExecutor
-from executors.requests import RequestExecutor
-from formats import parse
-from layouts import build_train_batch
+from parallax import toyworld
+from parallax.contract.batch import SamplingParams, Trajectory
+from parallax.contract.config import ExecutorConfig
+from parallax.executors.kv import KVExecutor
+from parallax.executors.requests import RequestExecutor
+from parallax.formats import parse
+from parallax.layouts import build_train_batch
 
 
 class Counting:
@@ -219,8 +219,8 @@ def main() -> None:
     ap.add_argument("--kv-gib", type=int, default=1, help="vLLM on CPU: KV cache GiB")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from engines.hf import HFEngine
-    from tinylm import TinyModelConfig, build_tiny_model
+    from parallax.engines.hf import HFEngine
+    from parallax.tinylm import TinyModelConfig, build_tiny_model
 
     mcfg = TinyModelConfig(hidden_size=args.hidden, num_layers=args.layers, intermediate_size=3 * args.hidden)
     path = build_tiny_model(tempfile.mkdtemp(prefix="bench_req_"), mcfg, toyworld.corpus(500, 0))
@@ -230,11 +230,12 @@ def main() -> None:
     print(f"load: {os.getloadavg()}  n={args.n} family={args.family} difficulty={args.difficulty} "
           f"model: hidden={args.hidden} layers={args.layers} threads={args.threads}")
     if args.engine == "vllm":
-        from engines.vllm import VLLMEngine
+        from parallax.engines.vllm import VLLMEngine
 
         dtype = "bfloat16" if torch.cuda.is_available() else "float32"
         vllm_engine = VLLMEngine(str(path), dtype=dtype, max_batch_size=max(64, 4 * max(args.batch)),
-                                 enforce_eager=True, cpu_kvcache_gib=args.kv_gib, script_processor=True,
+                                 enforce_eager=True, cpu_kvcache_gib=args.kv_gib,
+                                 logits_processors=[SCRIPT_PROCESSOR],
                                  gpu_memory_utilization=0.3)
         try:
             rows = [bench_vllm_batch(vllm_engine, engine, tok, problems, B, args.repeat) for B in args.batch]

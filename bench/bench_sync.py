@@ -23,12 +23,12 @@ import time
 
 def _model(name: str) -> str:
     if name == "tiny":
-        import toyworld
-        from tinylm import TinyModelConfig, build_tiny_model
+        from parallax import toyworld
+        from parallax.tinylm import TinyModelConfig, build_tiny_model
 
         return str(build_tiny_model(tempfile.mkdtemp(prefix="bench_sync_"), TinyModelConfig(), toyworld.corpus(200, 0)))
     # (the tiny model's temp folder is removed at the end of main)
-    from models import materialize
+    from parallax.models import materialize
 
     return str(materialize(name))
 
@@ -44,10 +44,10 @@ def main() -> None:
     import ray
     import torch
 
-    from contract.config import ClusterConfig, LearnerConfig, ParallaxConfig, RolloutConfig
-    from contract.engine import VLLMConfig, WeightSyncConfig
     from orchestrator.setup import build_groups, start_cluster
     from orchestrator.weights import make_weight_sync
+    from parallax.contract.config import ClusterConfig, LearnerConfig, ParallaxConfig, RolloutConfig
+    from parallax.contract.engine import VLLMConfig, WeightSyncConfig
 
     path = _model(args.model)
     cfg = ParallaxConfig()

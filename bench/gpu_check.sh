@@ -24,7 +24,7 @@
 #                         NCCL between two processes on the one GPU (its refusal of two ranks on one device,
 #                         why a colocated engine takes its weights another way); that other way, the
 #                         same-device hand-off by CUDA IPC between two processes, bit for bit
-#                         (weightsync/handoff.py); the release of a learner's cached CUDA memory; the
+#                         (parallax/weightsync/handoff.py); the release of a learner's cached CUDA memory; the
 #                         executor on CUDA;
 #   2 learner_memory      the learner's logprob/entropy/loss head at Qwen3's vocabulary, 4k tokens, bf16:
 #                         peak CUDA memory and tokens/s, the dense path against the chunked one;

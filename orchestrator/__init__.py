@@ -7,5 +7,5 @@
 * `heldout.py`: held-out evaluation; `structure.py`, `samples.py`: a step's parallel structure and table;
 * `checkpoint.py`, `logger.py`, `plots.py`, `stage_table.py`, `sweep.py`: what a run writes.
 
-The typed configs and batches it passes around are `contract/`; its data streams are `trainingdata/`.
+The typed configs and batches it passes around are `parallax/contract/`; its data streams are `parallax/trainingdata/`.
 """

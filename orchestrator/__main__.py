@@ -28,7 +28,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from contract.config import ConfigError, register_configs, validate
+from parallax.contract.config import ConfigError, register_configs, validate
 
 register_configs()
 

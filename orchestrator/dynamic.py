@@ -2,7 +2,7 @@
 and teaches nothing, so it is filtered out -- by accuracy, not by the shaped reward, which can differ
 within a group that accuracy does not split -- and the batch is refilled with fresh groups.
 
-`refill` is the whole mechanism, a filter over scored groups (contract.batch.ScoredGroup). The driver
+`refill` is the whole mechanism, a filter over scored groups (parallax.contract.batch.ScoredGroup). The driver
 gives it the function that draws a round.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from statistics import mean
 
-from contract.batch import StepSamples
+from parallax.contract.batch import StepSamples
 
 
 def refill(samples: StepSamples, *, max_rounds: int, draw: Callable[[int], StepSamples]) -> StepSamples:

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from actors.faults import Redispatch, wait_alive
 from actors.group import RewardActorGroup, RolloutGroup, split_chunks
-from contract.batch import Prompt, ScoredGroup, StepSamples, Trajectory
-from contract.seeds import chunk_seed
 from orchestrator.weights import EngineWeights
+from parallax.contract.batch import Prompt, ScoredGroup, StepSamples, Trajectory
+from parallax.contract.seeds import chunk_seed
 
 if TYPE_CHECKING:
     from orchestrator.logger import Timer

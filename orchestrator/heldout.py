@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from statistics import mean
 
-from contract.batch import Prompt, StepSamples
-from contract.config import TrainerConfig
-from contract.seeds import EVAL_SEED
 from curricula import Stage
 from orchestrator.structure import sample_stats
+from parallax.contract.batch import Prompt, StepSamples
+from parallax.contract.config import TrainerConfig
+from parallax.contract.seeds import EVAL_SEED
 
 # the reward an evaluation scores with: accuracy, whatever the stage trains on
 EVAL_STAGE = Stage("eval", "rl", 1, reward="accuracy")
@@ -17,7 +17,7 @@ EVAL_STAGE = Stage("eval", "rl", 1, reward="accuracy")
 
 def _stratum(meta: dict) -> str | None:
     """A toy problem's stratum, ``<family>_d<difficulty>`` (where a fork pays depends on both); else the
-    difficulty's (`evaluation.metrics.stratum_of`)."""
+    difficulty's (`parallax.evaluation.metrics.stratum_of`)."""
     if meta.get("family") is not None and meta.get("difficulty") is not None:
         return f"{meta['family']}_d{meta['difficulty']}"
     return None
@@ -34,7 +34,7 @@ def evaluate(prompts: list[Prompt], fmt, tcfg: TrainerConfig,
     `generate(prompts, n=, seed=, stage=, greedy=)` -> the scored groups (`StepSamples`). With the model's
     `tokenizer`, lengths, critical paths and the acc@B budgets count its tokens (a decode step each); without,
     the format's words."""
-    from evaluation import evaluate_outputs, flatten_metrics
+    from parallax.evaluation import evaluate_outputs, flatten_metrics
 
     table: dict[str, float] = {}
     if tcfg.eval_greedy:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from contract.config import LoggingConfig
+from parallax.contract.config import LoggingConfig
 
 
 class Timer:

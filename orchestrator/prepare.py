@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract import algo
-from contract.batch import Prompt
-from contract.config import LearnerConfig, ParallaxConfig
 from curricula import Curriculum, Stage
-from layouts import Layout, get_layout
-from trainingdata.streams import (
+from parallax.contract import algo
+from parallax.contract.batch import Prompt
+from parallax.contract.config import LearnerConfig, ParallaxConfig
+from parallax.layouts import Layout, get_layout
+from parallax.trainingdata.streams import (
     StageStreams,
     benchmark_prompts,
     load_problems,
@@ -29,9 +29,9 @@ class Prepared:
 
     model_path: str  # the directory every actor loads
     tokenizer: object
-    fmt: object  # the format with its options (formats.FormatSpec)
+    fmt: object  # the format with its options (parallax.formats.FormatSpec)
     curriculum: Curriculum
-    layout: Layout  # how trajectories and teacher traces become learner rows (layouts/)
+    layout: Layout  # how trajectories and teacher traces become learner rows (parallax/layouts/)
     data: StageStreams  # one batch stream per stage
     eval_prompts: list[Prompt]  # held out
 
@@ -79,16 +79,16 @@ def prepare(cfg: ParallaxConfig, run_dir: Path) -> Prepared:
 def prepare_model(cfg: ParallaxConfig, run_dir: Path) -> str:
     """The model path every actor loads: a packaged real model (materialised once, cached), the
     configured directory or hub name, or a tiny model built in the run dir. A real model gets every
-    format tag as one token and a pad token (models/), in a copy under the run dir only when its
+    format tag as one token and a pad token (parallax/models/), in a copy under the run dir only when its
     tokenizer lacks them."""
     if not cfg.model.package and not cfg.model.path:
-        from models import cache_dir
-        from tinylm import build_tiny_model
+        from parallax.models import cache_dir
+        from parallax.tinylm import build_tiny_model
 
         return str(build_tiny_model(run_dir / "model_init", cfg.model.tiny, tokenizer_corpus(cfg.data),
                                     cache=cache_dir() / "tiny"))
-    from formats import ALL_SPECIAL_TOKENS
-    from models import prepared_for_run
+    from parallax.formats import ALL_SPECIAL_TOKENS
+    from parallax.models import prepared_for_run
 
     return prepared_for_run(package=cfg.model.package, path=cfg.model.path, out=run_dir / "model_init",
                             tags=ALL_SPECIAL_TOKENS).path

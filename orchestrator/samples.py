@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from contract.batch import StepSamples
+from parallax.contract.batch import StepSamples
 
 
 def sample_rows(samples: StepSamples, fmt, limit: int) -> list[dict[str, Any]]:
     """The first `limit` samples, spread over the groups (each group's first sample, then its second, ...)."""
-    from formats import text_stats
+    from parallax.formats import text_stats
 
     width = max(len(g.samples) for g in samples.groups)
     picked = [(g, k) for k in range(width) for g in samples.groups if k < len(g.samples)][:limit]

@@ -19,8 +19,8 @@ from actors.faults import summary
 from actors.files import pack_model
 from actors.group import BundleSpec, LearnerGroup, RewardActorGroup, RolloutGroup, reserve
 from actors.locks import extensions_dir
-from contract.config import ClusterConfig, ParallaxConfig
 from orchestrator.weights import WeightSync, make_weight_sync
+from parallax.contract.config import ClusterConfig, ParallaxConfig
 
 REPO_ROOT = str(Path(__file__).resolve().parents[1])
 

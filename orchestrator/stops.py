@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from actors.faults import ActorLost
-from contract.config import ParallaxConfig
+from parallax.contract.config import ParallaxConfig
 
 # sysexits' EX_TEMPFAIL, "try again later": the run was told to stop, and `resume=auto` continues it
 # (cluster/slurm.sh requeues the job on it). Distinct from 1 (a run that failed) and 2 (setup, disk).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from statistics import mean
 
-from contract.batch import StepSamples, Trajectory
+from parallax.contract.batch import StepSamples, Trajectory
 
 __all__ = ["sample_stats", "trajectory_stats"]
 
@@ -21,7 +21,7 @@ def trajectory_stats(trajs: list[Trajectory], fmt: str, prefix: str,
     sample's units of work (its branches and its main chain's join) whose steps check
     (:func:`rewards.branch.steps_share`): whether the arithmetic itself improves, apart from answers.
     """
-    from formats import text_stats
+    from parallax.formats import text_stats
 
     stats = [text_stats(t.text, fmt) for t in trajs]
     valid = [s for s in stats if s["valid"] and s["has_parallel"]]

@@ -17,10 +17,6 @@ from statistics import mean
 from typing import Any
 
 from actors.faults import ActorLost, get_all
-from contract import algo
-from contract.batch import StepSamples
-from contract.config import ParallaxConfig
-from contract.seeds import DYNAMIC_ROUND, step_seed, substream
 from curricula import Stage
 from orchestrator import dynamic, generation
 from orchestrator.checkpoint import (
@@ -47,6 +43,10 @@ from orchestrator.stops import (
 )
 from orchestrator.structure import sample_stats
 from orchestrator.weights import EngineWeights
+from parallax.contract import algo
+from parallax.contract.batch import StepSamples
+from parallax.contract.config import ParallaxConfig
+from parallax.contract.seeds import DYNAMIC_ROUND, step_seed, substream
 from rewards.registry import stage_spec
 
 

@@ -10,9 +10,9 @@ they generate with (`recover`): the same version, since the learners have not mo
 The transports (`WeightSync`, chosen once by `make_weight_sync`):
 
 `CollectiveSync` (default): learner rank 0 and every engine worker form one torch.distributed group
-(gloo on CPU, NCCL where every member sees CUDA: `weightsync.group`), opened on the first push; each push is rank 0
-broadcasting its weights in buckets while every engine receives and loads them. An engine on a learner
-rank's own GPU (`rollout.colocate`) is handed them there by that rank instead (`weightsync.handoff`).
+(gloo on CPU, NCCL where every member sees CUDA: `parallax.weightsync.group`), opened on the first push; each
+push is rank 0 broadcasting its weights in buckets while every engine receives and loads them. An engine on a learner
+rank's own GPU (`rollout.colocate`) is handed them there by that rank instead (`parallax.weightsync.handoff`).
 The weights never pass through the driver or Ray's object store, and no filesystem is shared.
 
 `ObjectStoreSync` (fallback: `rollout.weight_sync.method=object_store`): rank 0's gathered state dict
@@ -32,8 +32,8 @@ import ray
 
 from actors.faults import ActorLost, is_loss, summary, wait_alive
 from actors.group import LearnerGroup, RolloutGroup
-from contract.engine import WeightSyncConfig
-from weightsync.handoff import handoff_pairs
+from parallax.contract.engine import WeightSyncConfig
+from parallax.weightsync.handoff import handoff_pairs
 
 
 class EngineWeights:
@@ -231,12 +231,12 @@ def shared_devices(members: dict[str, dict]) -> dict[str, list[str]]:
 
 
 class CollectiveSync:
-    """`store` gives a fresh rendezvous address (`weightsync.group.open_store`) each time the group
+    """`store` gives a fresh rendezvous address (`parallax.weightsync.group.open_store`) each time the group
     forms: on the first push, and after `reset` (an engine was lost and restarted).
 
     Each engine's transport is decided when the group forms, from the devices its members were given:
     an engine on a learner rank's own GPU (`rollout.colocate`) is handed the weights there by that rank
-    (`weightsync.handoff`: no copy, no group); the others join one group with learner rank 0, which
+    (`parallax.weightsync.handoff`: no copy, no group); the others join one group with learner rank 0, which
     broadcasts to them. Its backend (`backend=auto`): NCCL when every member of the group sees CUDA,
     gloo otherwise -- from what each actor was given, not from the driver's devices. A group that would
     hold two members on one GPU (which NCCL refuses) is not formed: those engines' weights go through the

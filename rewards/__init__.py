@@ -14,7 +14,7 @@ Example:
     ...     "<Summary>42</Summary></Parallel> #### 42", "#### 42", "#### 7"], "42").rewards
     [1.2, 1.0, -1.0]
 
-Debug offline: ``python -m evaluation score FILE.jsonl --reward pa_grpo beta_sub=0.1``.
+Debug offline: ``python -m parallax.evaluation score FILE.jsonl --reward pa_grpo beta_sub=0.1``.
 """
 
 from rewards import branch as _branch  # noqa: F401  (registers the per-branch reward)

@@ -2,11 +2,11 @@
 
 Per text, in the calling process (cheap, linear time, never raises):
 
-1. parse with the format package (``formats.parse``, lenient) and compute its metrics
-   (``formats.compute_metrics``) -> :class:`TrajStats`.  A malformed/truncated text gets
+1. parse with the format package (``parallax.formats.parse``, lenient) and compute its metrics
+   (``parallax.formats.compute_metrics``) -> :class:`TrajStats`.  A malformed/truncated text gets
    ``valid=False`` and the metrics of its longest valid prefix (so ``n_blocks`` counts the
    well-formed parallel units it does contain);
-2. the *final part* = main-chain text after the last block (``formats.answer_text``): for a
+2. the *final part* = main-chain text after the last block (``parallax.formats.answer_text``): for a
    malformed text, the text after the last ``</Parallel>`` outside any tag left open, so the final
    answer decides correctness whatever the format (an answer inside a branch never counts; the
    format-aware rewards keep their own gates on validity and parallel units);
@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from formats.metrics import compute_metrics
-from formats.parser import answer_text, parse
-from formats.spec import resolve_spec
+from parallax.formats.metrics import compute_metrics
+from parallax.formats.parser import answer_text, parse
+from parallax.formats.spec import resolve_spec
 from rewards.extract import extract_answer, extract_answers
 from rewards.pool import Outcome, TimeoutPool
 from rewards.types import Sample, TrajStats
@@ -45,7 +45,7 @@ class AnalysisOptions:
     (``need_accuracy``) and keep metrics/trees (``need_parse``); an optional ``tokenizer`` (HF,
     or its Rust core ``tokenizers.Tokenizer``) makes token counts real tokens instead of words."""
 
-    format: Any = "parallel_r1"  # a format name or a formats.FormatSpec
+    format: Any = "parallel_r1"  # a format name or a parallax.formats.FormatSpec
     verifier: str = "math_verify"
     need_accuracy: bool = True
     need_parse: bool = True
@@ -93,7 +93,7 @@ def trajectory_stats(text: str, fmt: Any, tokenizer: Any = None) -> tuple[TrajSt
         n_blocks=m.num_blocks,
         valid=res.ok,
     )
-    # where the answer is read: after the last block, outside any unclosed tag (formats.answer_text), so
+    # where the answer is read: after the last block, outside any unclosed tag (parallax.formats.answer_text), so
     # a malformed block before a correct final answer does not hide it; an answer in a path never counts
     return stats, tree, answer_text(text, spec, res)
 

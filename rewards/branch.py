@@ -101,7 +101,7 @@ def steps_share(text: str, fmt, ground_truth: str) -> float:
 "parallel_r1", "42")
     0.6666666666666666
     """
-    import formats
+    from parallax import formats
 
     result = formats.parse(text, fmt)
     return _share(tree_units(result.tree) if result.ok else [], ground_truth)

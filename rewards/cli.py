@@ -1,7 +1,7 @@
 """``python -m rewards list`` prints every reward with its params and defaults;
 ``python -m rewards goldcheck`` runs the real-data verification check.
 
-Scoring a file of samples reads data files, so it is an evaluation tool: ``python -m evaluation score``.
+Scoring a file of samples reads data files, so it is an evaluation tool: ``python -m parallax.evaluation score``.
 """
 
 from __future__ import annotations

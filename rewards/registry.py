@@ -144,7 +144,7 @@ def stage_spec(stage: Any, run_reward: Any, fmt: Any) -> RewardSpec:
     run's (`run_reward.name`, `run_reward.params`), parsing text in the run's trajectory format `fmt` (a
     name or a FormatSpec, with its options) unless the params name one. Rewards parse the text (answer,
     structure) in that format, and their default, Parallel-R1, would score every Parason answer wrong."""
-    from formats.spec import format_options, resolve_spec
+    from parallax.formats.spec import format_options, resolve_spec
 
     name, params = ((stage.reward, dict(stage.reward_params)) if stage.reward
                     else (run_reward.name, dict(run_reward.params)))

@@ -128,7 +128,7 @@ class BaseParams:
     ``multiple_answers``: a text that gives several different final answers (``#### 12`` then
     ``#### 13``, two boxes) is scored by its ``last`` one (verl's convention) or ``reject``-ed as
     wrong, so a policy cannot hedge (docs: README, "Rewards").
-    Format options (:class:`formats.FormatSpec` fields; the defaults read the public projects'
+    Format options (:class:`parallax.formats.FormatSpec` fields; the defaults read the public projects'
     data): ``summary_placement`` (``after`` | ``inside``), ``summary_accept`` (comma-separated
     placements the parser takes), ``aliases`` (the Parason release's ``<Outline>``/``<Conclusion>``),
     ``outline_kind`` (what an ``<Outline>`` entry counts as: ``outline`` | ``subtask`` | ``trial``).
@@ -153,8 +153,8 @@ class BaseParams:
 
     @property
     def spec(self):
-        """The :class:`formats.FormatSpec` these params parse with."""
-        from formats.spec import get_spec, parse_options
+        """The :class:`parallax.formats.FormatSpec` these params parse with."""
+        from parallax.formats.spec import get_spec, parse_options
 
         return get_spec(self.format, **parse_options({
             "summary_placement": self.summary_placement, "summary_accept": self.summary_accept,

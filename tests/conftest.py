@@ -44,8 +44,8 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory) -> str:
-    import toyworld
-    from tinylm import TinyModelConfig, build_tiny_model
+    from parallax import toyworld
+    from parallax.tinylm import TinyModelConfig, build_tiny_model
 
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny"), TinyModelConfig(), toyworld.corpus(500, 0)))
 
@@ -65,8 +65,8 @@ def lm(tiny_model_path):
 
 @pytest.fixture(scope="session")
 def real_data():
-    """The data directory (`trainingdata.loaders.data_dir`), or a skip where its real files are missing."""
-    from trainingdata.loaders import data_dir
+    """The data directory (`parallax.trainingdata.loaders.data_dir`), or a skip where its real files are missing."""
+    from parallax.trainingdata.loaders import data_dir
 
     d = data_dir()
     if not (d / "gsm8k" / "test.jsonl").is_file():
@@ -88,8 +88,8 @@ def ray_cluster():
     """One local Ray cluster for every Ray test (starting one costs ~7 s)."""
     import ray
 
-    from contract.config import ClusterConfig
     from orchestrator.setup import start_cluster
+    from parallax.contract.config import ClusterConfig
 
     start_cluster(ClusterConfig(num_cpus=4, include_dashboard=False))
     yield ray

@@ -7,6 +7,9 @@ are found here, inside packages as well as between them.
 
 from __future__ import annotations
 
+import importlib
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -14,9 +17,12 @@ import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["studies", "orchestrator", "evaluation", "actors", "layouts", "executors", "engines", "weightsync",
-            "contract", "rewards", "curricula", "toyworld", "tinylm", "models", "formats",
-            "trainingdata"]
+# What installs as a top-level name: the library's one root, and the card's four folders beside it.
+TOP = ["parallax", "orchestrator", "actors", "rewards", "curricula"]
+PACKAGES = ["parallax.studies", "orchestrator", "parallax.evaluation", "actors", "parallax.layouts",
+            "parallax.executors", "parallax.engines", "parallax.weightsync", "parallax.contract", "rewards",
+            "curricula", "parallax.toyworld", "parallax.tinylm", "parallax.models", "parallax.formats",
+            "parallax.trainingdata"]
 
 
 def module_cycles(*packages: str) -> list[list[str]]:
@@ -67,7 +73,7 @@ def test_packages_import_only_the_layers_below_them(monkeypatch, capsys):
 
 
 def test_no_module_import_cycle_anywhere():
-    assert module_cycles(*PACKAGES) == []
+    assert module_cycles(*TOP) == []
 
 
 def test_the_cycle_check_sees_function_local_imports(tmp_path, monkeypatch):
@@ -87,20 +93,20 @@ def test_the_cycle_check_sees_function_local_imports(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_every_package_opens_by_saying_what_lives_there(package):
-    doc = __import__(package).__doc__
-    assert doc and len(doc.strip()) > 40, f"{package}/__init__.py needs a docstring naming what it holds"
+    doc = importlib.import_module(package).__doc__
+    where = package.replace(".", "/")
+    assert doc and len(doc.strip()) > 40, f"{where}/__init__.py needs a docstring naming what it holds"
 
 
-@pytest.mark.parametrize("package", ["contract", "engines", "weightsync", "executors", "layouts", "rewards",
-                                     "curricula", "formats", "models", "trainingdata"])
+@pytest.mark.parametrize("package", ["parallax.contract", "parallax.engines", "parallax.weightsync",
+                                     "parallax.executors", "parallax.layouts", "rewards", "curricula",
+                                     "parallax.formats", "parallax.models", "parallax.trainingdata"])
 def test_pure_packages_import_without_ray_hydra_or_deepspeed(package):
     """The layers below the actors import with torch and transformers alone (the GPU check image has no
     more), so no test of them needs `sys.modules` mocking."""
-    import subprocess
-    import sys
-
-    code = (f"import sys, {package}, pkgutil, importlib\n"
-            f"for m in pkgutil.walk_packages({package}.__path__, '{package}.'):\n"
+    code = (f"import sys, pkgutil, importlib\n"
+            f"pkg = importlib.import_module('{package}')\n"
+            f"for m in pkgutil.walk_packages(pkg.__path__, '{package}.'):\n"
             "    if not m.name.endswith(('__main__', 'cli', 'vllm')): "
             "importlib.import_module(m.name)\n"
             "heavy = sorted({'ray', 'hydra', 'omegaconf', 'deepspeed', 'vllm'} & set(sys.modules))\n"
@@ -109,16 +115,28 @@ def test_pure_packages_import_without_ray_hydra_or_deepspeed(package):
     assert out.returncode == 0, out.stderr[-2000:]
 
 
-def test_no_installed_distribution_but_parallax_provides_a_top_level_name_of_ours():
-    """The packages install as top-level names (`models`, `evaluation`, ...), not under one `parallax`
-    package: kept because none collides with anything Parallax installs with (its whole dependency set,
-    every extra here: vLLM, verl, DeepSpeed, Ray, transformers, TRL, W&B, ...). A dependency that brings
-    one of these names breaks this test before it shadows ours. `hydra_plugins` is Hydra's namespace,
-    shared by design."""
+def test_parallax_installs_one_library_root_beside_the_cards_four_folders():
+    """`pip install` puts `parallax` (the library) and the card's `orchestrator`, `actors`, `rewards`,
+    `curricula` into site-packages, and nothing else of ours: a user's own `models/` or `evaluation/` shadows
+    nothing. No other installed distribution (vLLM, verl, DeepSpeed, Ray, transformers, TRL, W&B, ...)
+    provides one of these names. `hydra_plugins` is Hydra's namespace, shared by design."""
     from importlib.metadata import packages_distributions
 
     providers = packages_distributions()
-    assert providers.get("orchestrator") and set(providers["orchestrator"]) == {"parallax"}  # installed, and seen
-    clashes = {name: sorted(set(providers[name]) - {"parallax"}) for name in PACKAGES
+    ours = sorted(name for name, dists in providers.items() if "parallax" in dists and name != "hydra_plugins")
+    assert ours == sorted(TOP), f"the install's top-level names: {ours}"
+    clashes = {name: sorted(set(providers[name]) - {"parallax"}) for name in TOP
                if set(providers.get(name, ())) - {"parallax"}}
     assert not clashes, f"other distributions install these top-level names too: {clashes}"
+
+
+def test_a_users_own_generic_packages_shadow_nothing(tmp_path):
+    """Run from a research repo that has its own `models/`, `evaluation/`, `formats/` and `engines/` (each one
+    fails on import, as a stranger's would under our names): the entry point still starts."""
+    for name in ("models", "evaluation", "formats", "engines", "contract", "layouts"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(f"raise ImportError('a user package named {name}')\n")
+    out = subprocess.run([sys.executable, "-m", "orchestrator", "--help"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "experiment" in out.stdout

@@ -131,14 +131,14 @@ def test_every_python_dash_m_command_runs_a_module_that_exists():
                 wrong.append(c.at(f"python -m {module} {first}: {module} has no subcommand {first!r} "
                                   f"(it has {', '.join(sorted(_subcommands(path.parent)))})"))
     assert not wrong, "\n".join(wrong)
-    assert {"orchestrator", "evaluation", "rewards", "toyworld", "studies"} <= seen
+    assert {"orchestrator", "parallax.evaluation", "rewards", "parallax.toyworld", "parallax.studies"} <= seen
 
 
 def test_the_command_check_sees_a_wrong_module_and_a_wrong_subcommand():
     assert _module("orchestrator.stops") == ROOT / "orchestrator" / "stops.py"
     assert _module("orchestrator.nope") is None and _module("no_such_top_level_module") is None
     assert _subcommands(ROOT / "rewards") >= {"list", "goldcheck"}
-    assert "score" in _subcommands(ROOT / "evaluation") and "score" not in _subcommands(ROOT / "rewards")
+    assert "score" in _subcommands(ROOT / "parallax" / "evaluation") and "score" not in _subcommands(ROOT / "rewards")
 
 
 # ---- paths --------------------------------------------------------------------------------------------------

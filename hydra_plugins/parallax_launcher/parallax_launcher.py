@@ -62,8 +62,8 @@ class ParallaxRayLauncher(Launcher):
         """The cluster every job attaches to, and whether this launcher started it."""
         import ray
 
-        from contract.config import ClusterConfig
         from orchestrator.setup import start_cluster
+        from parallax.contract.config import ClusterConfig
 
         c = self.config.cluster
         if c.address:

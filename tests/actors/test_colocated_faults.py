@@ -11,7 +11,7 @@ import pytest
 import ray
 import torch
 
-from contract.config import LearnerConfig, ParallaxConfig, RolloutConfig
+from parallax.contract.config import LearnerConfig, ParallaxConfig, RolloutConfig
 
 pytestmark = pytest.mark.slow
 
@@ -38,8 +38,8 @@ def _update(g, model_path: str) -> None:
     """One SFT step on the learners: a policy the engines do not hold yet."""
     from transformers import AutoTokenizer
 
-    import toyworld
-    from layouts.causal import sft_batch
+    from parallax import toyworld
+    from parallax.layouts.causal import sft_batch
 
     batch = sft_batch(toyworld.generate("mixed", 4, seed=3), "parallel_r1", AutoTokenizer.from_pretrained(model_path))
     ray.get(g.learner.async_sft_step(batch, lr=1e-2))
@@ -81,11 +81,11 @@ def _answers(actor, old_pid: int) -> bool:
 def _check_policy_and_samples(g, weights, model_path: str, step: int) -> None:
     from transformers import AutoTokenizer
 
-    import toyworld
     from orchestrator.generation import collect, start
     from orchestrator.logger import Timer
+    from parallax import toyworld
+    from parallax.trainingdata.streams import to_prompts
     from rewards.registry import RewardSpec
-    from trainingdata.streams import to_prompts
 
     learner = ray.get(g.learner.async_state_dict())
     for i, actor in enumerate(g.rollout.actors):

@@ -57,12 +57,12 @@ def test_the_driver_stores_a_learners_checkpoint_holding_a_piece_at_a_time(ray_c
     import psutil
     from ray.util import remove_placement_group
 
-    import toyworld
     from actors.group import BundleSpec, LearnerGroup, reserve
     from actors.learner import LearnerWorker
-    from contract.learner import LearnerConfig
     from orchestrator.setup import _rendezvous, store_address
-    from tinylm import TinyModelConfig, build_tiny_model
+    from parallax import toyworld
+    from parallax.contract.learner import LearnerConfig
+    from parallax.tinylm import TinyModelConfig, build_tiny_model
 
     model = str(build_tiny_model(tmp_path / "model", TinyModelConfig(hidden_size=384, intermediate_size=1152),
                                  toyworld.corpus(200, 0)))

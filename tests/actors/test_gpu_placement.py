@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PROBE = r"""
 import json, sys, dataclasses
 import ray, torch
-from contract.config import LearnerConfig, ParallaxConfig, RolloutConfig
-from contract.engine import WeightSyncConfig
+from parallax.contract.config import LearnerConfig, ParallaxConfig, RolloutConfig
+from parallax.contract.engine import WeightSyncConfig
 from orchestrator.setup import build_groups
 from orchestrator.weights import EngineWeights
 

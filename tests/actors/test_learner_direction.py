@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 
 def test_grpo_step_follows_advantage_sign(tiny_model_path, grpo_batch):
     from actors.learner import LearnerWorker
-    from contract.config import LearnerConfig
+    from parallax.contract.config import LearnerConfig
 
     batch, _ = grpo_batch(tiny_model_path, 16)  # advantages +0.707 / -0.707 in each group
     with socket.socket() as s:
@@ -36,7 +36,7 @@ def test_one_zero0_rank_skips_deepspeeds_all_reduce_with_the_same_update(tiny_mo
     import torch
 
     from actors.learner import LearnerWorker
-    from contract.config import LearnerConfig
+    from parallax.contract.config import LearnerConfig
 
     batch, _ = grpo_batch(tiny_model_path, 8)
     with socket.socket() as s:
@@ -66,7 +66,7 @@ def test_bf16_autocast_trains_in_the_advantages_direction_with_fp32_weights(tiny
     import torch
 
     from actors.learner import LearnerWorker
-    from contract.config import LearnerConfig
+    from parallax.contract.config import LearnerConfig
 
     batch, comps = grpo_batch(tiny_model_path, 16)
     with socket.socket() as s:
@@ -89,10 +89,10 @@ def test_recomputed_old_logprobs_replace_the_engines(tiny_model_path):
     batch (the engine's numbers only feed actor/engine_logprob_gap). Engine logprobs that are off by
     0.3 per token (as a bf16 or grammar-masked engine's could be) then do not bias the first ratio."""
     from actors.learner import LearnerWorker
-    from contract.batch import SamplingParams, Trajectory
-    from contract.config import LearnerConfig
-    from engines.hf import HFEngine
-    from layouts.causal import train_batch
+    from parallax.contract.batch import SamplingParams, Trajectory
+    from parallax.contract.config import LearnerConfig
+    from parallax.engines.hf import HFEngine
+    from parallax.layouts.causal import train_batch
 
     engine = HFEngine(tiny_model_path)
     tok = engine.tokenizer
@@ -117,10 +117,10 @@ def test_recomputed_old_logprobs_replace_the_engines(tiny_model_path):
 def _sft_grad_norm(tiny_model_path, zero_stage: int) -> float:
     from transformers import AutoTokenizer
 
-    import toyworld
     from actors.learner import LearnerWorker
-    from contract.config import LearnerConfig
-    from layouts.causal import sft_batch
+    from parallax import toyworld
+    from parallax.contract.config import LearnerConfig
+    from parallax.layouts.causal import sft_batch
 
     tok = AutoTokenizer.from_pretrained(tiny_model_path)
     batch = sft_batch(toyworld.make_splits(8, 1, 0, 1)[0], "parallel_r1", tok)

@@ -16,7 +16,7 @@ ON = {"r": 8, "alpha": 16.0}
 
 def _learner(model_path: str, zero_stage: int = 1, mult: float = 1.0, kl_coef: float = 0.0, **lora):
     from actors.learner import LearnerWorker
-    from contract.config import LearnerConfig, LoraConfig
+    from parallax.contract.config import LearnerConfig, LoraConfig
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -29,8 +29,8 @@ def _learner(model_path: str, zero_stage: int = 1, mult: float = 1.0, kl_coef: f
 def _sft_batch(model_path: str, n: int = 8):
     from transformers import AutoTokenizer
 
-    import toyworld
-    from layouts.causal import sft_batch
+    from parallax import toyworld
+    from parallax.layouts.causal import sft_batch
 
     tok = AutoTokenizer.from_pretrained(model_path)
     return sft_batch(toyworld.generate("mixed", n, seed=3), "parallel_r1", tok)
@@ -55,14 +55,14 @@ def _plain(model_path: str):
     ({"target_modules": ["all-linear", "q_proj"]}, "learner.lora.target_modules"),
 ])
 def test_bad_lora_values_name_their_key(kwargs, key):
-    from contract.config import ConfigError, LoraConfig
+    from parallax.contract.config import ConfigError, LoraConfig
 
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         LoraConfig(**kwargs)
 
 
 def test_unsupported_combinations_are_refused_at_config_time():
-    from contract.config import ConfigError, LearnerConfig, LoraConfig
+    from parallax.contract.config import ConfigError, LearnerConfig, LoraConfig
 
     with pytest.raises(ConfigError, match=r"learner\.lora\.r: LoRA needs learner\.zero_stage 0, 1 or 2"):
         LearnerConfig(zero_stage=3, lora=LoraConfig(r=8))
@@ -77,7 +77,7 @@ def test_lora_keys_compose_from_the_command_line():
 
     from hydra import compose, initialize_config_dir
 
-    from contract.config import ConfigError, register_configs, validate
+    from parallax.contract.config import ConfigError, register_configs, validate
 
     register_configs()
     conf = str(Path(__file__).resolve().parents[2] / "conf")
@@ -219,7 +219,7 @@ def test_an_untied_models_output_tag_rows_train_and_merge_like_peft():
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from actors.lora import MergedWeights, wrap
-    from contract.config import LoraConfig
+    from parallax.contract.config import LoraConfig
 
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
@@ -248,7 +248,7 @@ def test_a_target_module_the_model_lacks_names_the_key():
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from actors.lora import wrap
-    from contract.config import LoraConfig
+    from parallax.contract.config import LoraConfig
 
     model = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                          num_attention_heads=2, num_key_value_heads=1, head_dim=16))

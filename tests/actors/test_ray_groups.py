@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from contract.config import LearnerConfig, ParallaxConfig, RolloutConfig
+from parallax.contract.config import LearnerConfig, ParallaxConfig, RolloutConfig
 
 pytestmark = pytest.mark.slow
 
@@ -25,8 +25,8 @@ def _cfg(**learner) -> ParallaxConfig:
 def _sft_batch(model_path: str):
     from transformers import AutoTokenizer
 
-    import toyworld
-    from layouts.causal import sft_batch
+    from parallax import toyworld
+    from parallax.layouts.causal import sft_batch
 
     tok = AutoTokenizer.from_pretrained(model_path)
     return sft_batch(toyworld.generate("mixed", 8, seed=3), "parallel_r1", tok)
@@ -59,7 +59,7 @@ def test_the_reward_actor_counts_the_models_tokens(ray_cluster, groups):
     """PA-GRPO's latency T is the critical path in the model's tokens: a fork on four candidates is shorter
     than checking them one after another (51 against 68 tiny tokens), though in the format's words (a tag
     1, `3*7=21` 1) it is longer (25 against 15), which taught RL to stop forking where it pays."""
-    import toyworld
+    from parallax import toyworld
     from rewards.registry import RewardSpec
 
     p = toyworld.generate("trial", 1, seed=0, difficulty=3)[0]
@@ -83,8 +83,8 @@ def test_actors_start_without_what_they_never_use(ray_cluster, groups):
 
 @pytest.mark.parametrize("method", ["collective", "object_store"])
 def test_weight_sync_makes_rollout_equal_learner(ray_cluster, groups, tiny_model_path, method):
-    from contract.engine import WeightSyncConfig
     from orchestrator.weights import make_weight_sync
+    from parallax.contract.engine import WeightSyncConfig
 
     sync = groups.sync if method == "collective" else make_weight_sync(WeightSyncConfig(method=method))
     before = ray_cluster.get(groups.rollout.actors[0].get_weights.remote())
@@ -133,8 +133,9 @@ def test_a_bf16_engine_gets_the_fp32_learners_weights_cast_and_sent_in_half_the_
 
 
 def test_reward_actor_scores_groups(ray_cluster, groups):
-    out = ray_cluster.get(groups.reward.async_score([{"texts": ["x #### 4", "x #### 5"], "ground_truth": "4"}]))
-    assert out[0].correct == [[True, False]]
+    out = ray_cluster.get(groups.reward.actors[0].score.remote([{"texts": ["x #### 4", "x #### 5"],
+                                                                  "ground_truth": "4"}]))
+    assert out.correct == [[True, False]]
 
 
 def _learners(ray_cluster, model_path, world: int, stage: int, **learner):
@@ -160,8 +161,8 @@ def test_two_zero3_learners_match_one_learner(ray_cluster, tiny_model_path, tmp_
     from doubles.plans import plan_for  # tests/ is on sys.path
     from ray.util import remove_placement_group
 
-    from weightsync.group import SyncGroup
-    from weightsync.plan import plan_from_wire
+    from parallax.weightsync.group import SyncGroup
+    from parallax.weightsync.plan import plan_from_wire
 
     def _walk(worker, bucket_bytes):
         """On a learner (defined here: Ray pickles it by value): its export plan, and per bucket the

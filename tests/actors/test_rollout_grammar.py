@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from actors.rollout import RolloutWorker
-from contract.batch import Prompt
-from contract.config import ExecutorConfig, RolloutConfig
-from engines import ENGINES
-from engines.hf import HFEngine
-from formats import ebnf
+from parallax.contract.batch import Prompt
+from parallax.contract.config import ExecutorConfig, RolloutConfig
+from parallax.engines import ENGINES
+from parallax.engines.hf import HFEngine
+from parallax.formats import ebnf
 
 PROBE = "structured_outputs_probe"
 
@@ -64,8 +64,8 @@ def test_hf_generate_applies_the_grammar_and_reports_unmasked_logprobs(tiny_mode
     own (unmasked) log p(t) at temperature T, which is what the learner recomputes."""
     import torch
 
-    from contract import algo
-    from formats import parse
+    from parallax.contract import algo
+    from parallax.formats import parse
 
     torch.set_num_threads(1)
     cfg = RolloutConfig(max_new_tokens=120, torch_threads=1, temperature=0.8, executor=ExecutorConfig(grammar=True))
@@ -87,6 +87,6 @@ def test_hf_generate_applies_the_grammar_and_reports_unmasked_logprobs(tiny_mode
 
 
 def worker_params(cfg):
-    from contract.batch import SamplingParams
+    from parallax.contract.batch import SamplingParams
 
     return SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=0)

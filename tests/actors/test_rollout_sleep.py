@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from actors.rollout import RolloutWorker
-from contract.batch import Prompt
-from contract.config import ExecutorConfig, RolloutConfig
+from parallax.contract.batch import Prompt
+from parallax.contract.config import ExecutorConfig, RolloutConfig
 
 
 def _prompts(tok) -> list[Prompt]:

@@ -15,10 +15,10 @@ def _one_sft_step(model_path: str, zero_stage: int, mult: float):
     """(embedding before, after) one SFT step of one rank from `model_path`."""
     from transformers import AutoTokenizer
 
-    import toyworld
     from actors.learner import LearnerWorker
-    from contract.config import LearnerConfig
-    from layouts.causal import sft_batch
+    from parallax import toyworld
+    from parallax.contract.config import LearnerConfig
+    from parallax.layouts.causal import sft_batch
 
     tok = AutoTokenizer.from_pretrained(model_path)
     batch = sft_batch(toyworld.generate("mixed", 8, seed=3), "parallel_r1", tok)
@@ -56,7 +56,7 @@ def test_tag_rows_take_mult_times_the_step_and_nothing_else_changes(tiny_model_p
 
 
 def test_zero3_is_refused_at_config_time():
-    from contract.config import ConfigError, LearnerConfig
+    from parallax.contract.config import ConfigError, LearnerConfig
 
     with pytest.raises(ConfigError, match="learner.sft_tag_lr_mult"):
         LearnerConfig(zero_stage=3, sft_tag_lr_mult=10.0)

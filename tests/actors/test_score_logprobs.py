@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 
 from actors.scoring import score_logprobs
-from contract.batch import ExecutionRecord
-from layouts import masks
+from parallax.contract.batch import ExecutionRecord
+from parallax.layouts import masks
 
 
 def _rows(lengths: list[int], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from contract import algo
+from parallax.contract import algo
 
 
 def test_grpo_advantages_by_hand():
@@ -83,7 +83,7 @@ def test_rollout_is_weights_truncate_and_mask_by_hand():
 
     import torch
 
-    from contract.algo import rollout_is_weights
+    from parallax.contract.algo import rollout_is_weights
 
     learner = torch.tensor([[0.0, -1.0, -1.0, -2.0]])
     engine = torch.tensor([[0.0, -2.0, -1.0, -1.0]])
@@ -103,7 +103,7 @@ def test_rollout_is_weights_truncate_and_mask_by_hand():
 def test_train_batch_pieces_are_contiguous_and_cover_every_row():
     import torch
 
-    from contract.batch import TrainBatch
+    from parallax.contract.batch import TrainBatch
 
     t = torch.arange(5)[:, None].repeat(1, 3)
     batch = TrainBatch(t, t, t.float(), t.float(), t.float(), is_weights=t.float())
@@ -134,7 +134,7 @@ def test_chunked_logprobs_equal_the_dense_log_softmax_values_and_gradients(dtype
 
 
 def test_structured_logprobs_read_the_chunked_rows_they_point_at(monkeypatch):
-    from layouts.masks import structured_token_logprobs
+    from parallax.layouts.masks import structured_token_logprobs
 
     monkeypatch.setattr(algo, "LOGIT_CHUNK", 4)
     torch.manual_seed(1)

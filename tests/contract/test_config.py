@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
-from contract.config import ConfigError, ParallaxConfig, register_configs, validate
+from parallax.contract.config import ConfigError, ParallaxConfig, register_configs, validate
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
@@ -75,7 +75,7 @@ def test_invalid_values_name_their_key(override, key):
 
 
 def test_difficulty_mix_reaches_the_problems():
-    from trainingdata.streams import load_problems
+    from parallax.trainingdata.streams import load_problems
 
     cfg = validate(_compose("data.difficulty=[1,2]", "data.n_train=200", "data.n_test=20"))
     train, test = load_problems(cfg.data)
@@ -84,7 +84,7 @@ def test_difficulty_mix_reaches_the_problems():
 
 
 def test_teacher_no_answer_reaches_the_train_traces_only():
-    from trainingdata.streams import load_problems
+    from parallax.trainingdata.streams import load_problems
 
     cfg = validate(_compose("data.teacher_no_answer=0.5", "data.n_train=400", "data.n_test=40"))
     train, test = load_problems(cfg.data)
@@ -94,7 +94,7 @@ def test_teacher_no_answer_reaches_the_train_traces_only():
 
 
 def test_teacher_serial_reaches_the_train_traces_only():
-    from trainingdata.streams import load_problems
+    from parallax.trainingdata.streams import load_problems
 
     cfg = validate(_compose("data.teacher_serial=0.5", "data.n_train=400", "data.n_test=40"))
     train, test = load_problems(cfg.data)
@@ -152,7 +152,7 @@ def test_executor_dispatch_resolves_per_engine():
 def test_engine_auto_is_vllm_where_installed_and_hf_elsewhere(monkeypatch):
     import importlib.util
 
-    from contract.config import RolloutConfig
+    from parallax.contract.config import RolloutConfig
 
     real = importlib.util.find_spec
     assert RolloutConfig(engine="auto").engine == ("vllm" if real("vllm") is not None else "hf")
@@ -207,7 +207,7 @@ def test_mini_scale_shrinks_a_paper_experiment_and_keeps_its_shape():
 
 
 def test_scale_needs_explicit_stages():
-    from contract.config import ConfigError, CurriculumConfig, ParallaxConfig, ScaleConfig
+    from parallax.contract.config import ConfigError, CurriculumConfig, ParallaxConfig, ScaleConfig
 
     with pytest.raises(ConfigError, match="scale: a scaled run needs the curriculum's stages"):
         ParallaxConfig(curriculum=CurriculumConfig(name="sft_then_rl", stages={}), scale=ScaleConfig(max_stage_steps=2))

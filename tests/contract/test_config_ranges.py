@@ -1,5 +1,5 @@
 """The config check has no gaps: every numeric field has a range, every field refuses a bad value
-naming its key, and a `+key` the schema does not declare is refused (contract/ranges.py)."""
+naming its key, and a `+key` the schema does not declare is refused (parallax/contract/ranges.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from contract.config import ConfigError, ParallaxConfig, register_configs, validate
-from contract.ranges import RANGES, Range, check_keys, numeric_fields
+from parallax.contract.config import ConfigError, ParallaxConfig, register_configs, validate
+from parallax.contract.ranges import RANGES, Range, check_keys, numeric_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 register_configs()
@@ -26,7 +26,7 @@ def _validate(*overrides: str):
 
 def test_every_numeric_field_has_a_range_and_no_range_is_stale():
     fields = set(numeric_fields(ParallaxConfig))
-    assert fields - set(RANGES) == set(), "numeric config fields without a range in contract/ranges.py"
+    assert fields - set(RANGES) == set(), "numeric config fields without a range in parallax/contract/ranges.py"
     assert set(RANGES) - fields == set(), "ranges for fields the schema no longer has"
 
 

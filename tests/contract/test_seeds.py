@@ -1,11 +1,11 @@
-"""contract/seeds.py: every stream a run samples from is its own (the step streams, the evaluation's,
+"""parallax/contract/seeds.py: every stream a run samples from is its own (the step streams, the evaluation's,
 and the sub-streams of dynamic-sampling rounds, executor rounds and requests)."""
 
 from __future__ import annotations
 
 import pytest
 
-from contract.seeds import (
+from parallax.contract.seeds import (
     CHUNKS,
     DYNAMIC_ROUND,
     EVAL_SEED,

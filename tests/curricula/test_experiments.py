@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from contract.config import ConfigError, register_configs, validate
+from parallax.contract.config import ConfigError, register_configs, validate
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 PAPER = sorted(p.stem for p in (CONF / "experiment" / "paper").glob("*.yaml"))
@@ -156,7 +156,7 @@ def test_bad_curriculum_or_reward_config_names_the_problem(overrides, key):
 
 
 def test_an_unknown_curriculum_without_stages_names_the_key():
-    from contract.config import CurriculumConfig
+    from parallax.contract.config import CurriculumConfig
 
     with pytest.raises(ConfigError, match=r"curriculum\.name"):
         CurriculumConfig(name="nope")

@@ -1,14 +1,14 @@
 """The weight-sync plan of a whole state dict, read from its tensors: the reference the learner's plan is
 checked against where the state at hand is a state dict (`Module.state_dict()`, or a gathered one through
 Ray), whose tied weights are one storage under two tensor objects. The learner itself plans from its
-module's own tensors, by metadata alone (`weightsync.plan.plan_named`); on a dict whose tied names hold one
+module's own tensors, by metadata alone (`parallax.weightsync.plan.plan_named`); on a dict whose tied names hold one
 tensor object the two give the same plan."""
 
 from __future__ import annotations
 
 import torch
 
-from weightsync.plan import SyncPlan, TensorMeta, aliases, plan_buckets
+from parallax.weightsync.plan import SyncPlan, TensorMeta, aliases, plan_buckets
 
 
 def plan_for(state: dict[str, torch.Tensor], bucket_bytes: int) -> SyncPlan:

@@ -3,18 +3,22 @@
 A random tiny model driven by `Replay` writes teacher traces token by token while everything
 else — the model forward, KV cache, batching, forks, joins, positions, the record — is real.
 `role_scripts` splits a trace (a `formats` tree) into what each executed request emits;
-`layouts.teacher.teacher_role_scripts` does the same for a teacher trace's text. The one replay
-test double of the tests and the benches; engines take it through `executors.base.engine_processor`,
-and vLLM, which runs no callback in its workers, takes its scripts (`engines/script_vllm.py`).
+`parallax.layouts.teacher.teacher_role_scripts` does the same for a teacher trace's text. The one replay
+test double of the tests and the benches; engines take it through `parallax.executors.base.engine_processor`,
+and vLLM, which runs no callback in its workers, takes each request's script (`request_args`), which
+`script_vllm.ScriptProcessor` pins there (`VLLMEngine(logits_processors=[SCRIPT_PROCESSOR])`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from executors.base import RowView
-from formats import SUBTASK, Tree, render
-from formats.spec import resolve_spec
+from parallax.executors.base import RowView
+from parallax.formats import SUBTASK, Tree, render
+from parallax.formats.spec import resolve_spec
+
+SCRIPT_KEY = "parallax_script"  # a request's script in vLLM's `SamplingParams.extra_args`
+SCRIPT_PROCESSOR = "doubles.script_vllm:ScriptProcessor"  # loaded by name in vLLM's workers (tests/ on sys.path)
 
 
 class Replay:
@@ -52,10 +56,10 @@ class Replay:
         st[2] = r.tokens[-1] if r.tokens else None
         return st[0]
 
-    def script_for(self, row: RowView) -> list[int]:
-        """What `row` writes from here on, then EOS: the whole script, for an engine that pins tokens in
-        its own process (vLLM: `engines.script_vllm`). Exact where no grammar mask or ban intervenes."""
-        return self.scripts[row.traj].get(row.role, [])[self._pointer(row):] + [self.eos]
+    def request_args(self, row: RowView) -> dict[str, list[int]]:
+        """What `row` writes from here on, then EOS, for an engine that pins tokens in its own workers
+        (vLLM, through `script_vllm.ScriptProcessor`). Exact where no grammar mask or ban intervenes."""
+        return {SCRIPT_KEY: self.scripts[row.traj].get(row.role, [])[self._pointer(row):] + [self.eos]}
 
     def __call__(self, rows: list[RowView], x: torch.Tensor) -> torch.Tensor:
         out = torch.full_like(x, float("-inf"))  # [S, V]

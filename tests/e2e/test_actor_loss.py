@@ -29,7 +29,7 @@ BASE = ["+experiment=smoke", "curriculum.stages.sft.steps=4", "curriculum.stages
 def _cfg(tmp_path: Path, *overrides: str):
     from hydra import compose, initialize_config_dir
 
-    from contract.config import register_configs, validate
+    from parallax.contract.config import register_configs, validate
 
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

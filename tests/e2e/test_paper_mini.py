@@ -106,7 +106,7 @@ def _submitter() -> dict[str, str]:
 def _clean_checkout(dest: Path) -> Path:
     """The tracked files (and untracked ones git does not ignore: a work in progress), no build outputs, and
     the data copied into data/ as cluster/runtime_env.yaml asks."""
-    from trainingdata.loaders import data_dir
+    from parallax.trainingdata.loaders import data_dir
 
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                            capture_output=True, check=True).stdout.decode().split("\0")
@@ -162,8 +162,8 @@ def test_paper_experiment_runs_every_stage_at_mini_scale(tmp_path, name, ray_hea
 def _is_the_real_model_on_real_data(run_dir, metrics):
     from transformers import AutoTokenizer
 
-    from formats import ALL_SPECIAL_TOKENS
-    from models.prepare import missing_tags
+    from parallax.formats import ALL_SPECIAL_TOKENS
+    from parallax.models.prepare import missing_tags
 
     tok = AutoTokenizer.from_pretrained(run_dir / "model_init")  # the prepared copy the actors loaded
     assert missing_tags(tok, ALL_SPECIAL_TOKENS) == [] and tok.pad_token is not None

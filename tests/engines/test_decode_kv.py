@@ -1,11 +1,11 @@
-"""The copy-free decode step (`engines.decode_kv`) computes what transformers' own path computes."""
+"""The copy-free decode step (`parallax.engines.decode_kv`) computes what transformers' own path computes."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from engines.decode_kv import GrowingLayer, KVDecoder, decode_sdpa
+from parallax.engines.decode_kv import GrowingLayer, KVDecoder, decode_sdpa
 
 
 def test_growing_layer_keeps_every_column_across_growth():

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from contract.batch import SamplingParams
-from contract.config import ExecutorConfig
-from engines import make_engine
-from executors.kv import KVExecutor
-from formats import parse
+from parallax.contract.batch import SamplingParams
+from parallax.contract.config import ExecutorConfig
+from parallax.engines import make_engine
+from parallax.executors.kv import KVExecutor
+from parallax.formats import parse
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,14 @@ vllm = pytest.importorskip("vllm")  # tests/conftest.py turns this skip into a f
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_path):
-    from engines.base import make_engine
+    from doubles.replay import SCRIPT_PROCESSOR  # tests/ is on sys.path
 
-    # script_processor: requests that carry a script write it (the async-driver test); others sample freely
+    from parallax.engines.base import make_engine
+
+    # the script processor: requests that carry a script write it (the async-driver test); others sample freely
     eng = make_engine("vllm", model_path=tiny_model_path, dtype="float32", max_batch_size=8,
-                      gpu_memory_utilization=0.2, enforce_eager=True, cpu_kvcache_gib=1, script_processor=True)
+                      gpu_memory_utilization=0.2, enforce_eager=True, cpu_kvcache_gib=1,
+                      logits_processors=[SCRIPT_PROCESSOR])
     yield eng
     eng.close()
 
@@ -45,7 +48,7 @@ def _free_port() -> int:
 def test_vllm_logprobs_match_hf_forward(engine, tiny_model_path):
     from transformers import AutoModelForCausalLM
 
-    from contract.batch import SamplingParams
+    from parallax.contract.batch import SamplingParams
 
     tok = engine.tokenizer
     prompts = [tok.encode("Q: 3*4+5*6\nA:"), tok.encode("Q: 1+2\nA:")]
@@ -60,8 +63,8 @@ def test_vllm_logprobs_match_hf_forward(engine, tiny_model_path):
 
 
 def test_vllm_structured_outputs_follow_the_format(engine):
-    from contract.batch import SamplingParams
-    from formats import ebnf, parse
+    from parallax.contract.batch import SamplingParams
+    from parallax.formats import ebnf, parse
 
     tok = engine.tokenizer
     out = engine.generate([tok.encode("Q: 1\nA:")] * 4, SamplingParams(max_new_tokens=200, seed=0),
@@ -77,9 +80,9 @@ def test_vllm_collective_sync_equals_a_transformers_forward(engine, tiny_model_p
     vLLM's greedy logprobs are a transformers forward of the sent weights, and the old ones back."""
     from transformers import AutoModelForCausalLM
 
-    from contract.batch import SamplingParams
-    from weightsync.group import SyncGroup
-    from weightsync.plan import plan_named, plan_to_wire
+    from parallax.contract.batch import SamplingParams
+    from parallax.weightsync.group import SyncGroup
+    from parallax.weightsync.plan import plan_named, plan_to_wire
 
     tok = engine.tokenizer
     prompt, params = tok.encode("Q: 1\nA:"), SamplingParams(max_new_tokens=8, greedy=True)
@@ -113,7 +116,7 @@ def test_vllm_collective_sync_equals_a_transformers_forward(engine, tiny_model_p
 def test_vllm_object_store_fallback_loads_the_weights(engine, tiny_model_path):
     from transformers import AutoModelForCausalLM
 
-    from contract.batch import SamplingParams
+    from parallax.contract.batch import SamplingParams
 
     tok = engine.tokenizer
     prompt, params = tok.encode("Q: 2\nA:"), SamplingParams(max_new_tokens=8, greedy=True)
@@ -131,14 +134,14 @@ def test_vllm_object_store_fallback_loads_the_weights(engine, tiny_model_path):
 
 
 def test_vllm_loads_the_buffers_a_learner_rank_staged_on_its_device(engine, tiny_model_path):
-    """The same-device hand-off (weightsync/handoff.py; issue 50, item 2): buckets staged in this process
+    """The same-device hand-off (parallax/weightsync/handoff.py; issue 50, item 2): buckets staged in this process
     (shared memory on CPU, as CUDA IPC on a GPU), mapped by vLLM's worker process and loaded; its greedy
     logprobs are then a transformers forward of those weights."""
     from transformers import AutoModelForCausalLM
 
-    from contract.batch import SamplingParams
-    from weightsync.handoff import share
-    from weightsync.plan import pack, plan_named, plan_to_wire
+    from parallax.contract.batch import SamplingParams
+    from parallax.weightsync.handoff import share
+    from parallax.weightsync.plan import pack, plan_named, plan_to_wire
 
     tok = engine.tokenizer
     prompt, params = tok.encode("Q: 3\nA:"), SamplingParams(max_new_tokens=8, greedy=True)
@@ -164,11 +167,11 @@ def test_vllm_executed_mode_rows_reproduce_its_logprobs(engine, tiny_model_path,
     scored by a transformers forward, give every sampled token the logprob vLLM reported."""
     from transformers import AutoModelForCausalLM
 
-    from contract import algo
-    from contract.batch import SamplingParams, Trajectory
-    from contract.config import ExecutorConfig
-    from executors.requests import RequestExecutor
-    from layouts import build_train_batch
+    from parallax.contract import algo
+    from parallax.contract.batch import SamplingParams, Trajectory
+    from parallax.contract.config import ExecutorConfig
+    from parallax.executors.requests import RequestExecutor
+    from parallax.layouts import build_train_batch
 
     tok = engine.tokenizer
     rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", max_branch_tokens=32, driver=driver), fmt)
@@ -198,11 +201,11 @@ def test_vllm_executed_mode_under_request_grammars(engine, tiny_model_path, fmt,
     from transformers import AutoModelForCausalLM
 
     from actors.scoring import score_logprobs
-    from contract.batch import SamplingParams, Trajectory
-    from contract.config import ExecutorConfig
-    from executors.requests import RequestExecutor
-    from formats import parse
-    from layouts import build_train_batch
+    from parallax.contract.batch import SamplingParams, Trajectory
+    from parallax.contract.config import ExecutorConfig
+    from parallax.executors.requests import RequestExecutor
+    from parallax.formats import parse
+    from parallax.layouts import build_train_batch
 
     tok = engine.tokenizer
     rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", grammar=True, max_branch_tokens=32,
@@ -261,14 +264,14 @@ class _Watch:
 def test_vllm_async_driver_starts_requests_while_others_decode(engine):
     """No rounds: branches and continuations go in while requests submitted earlier still decode (a
     round would wait for all of them), with no generate call. Toy-world teacher traces pinned in vLLM's
-    workers (`engines/script_vllm.py`) make the forks certain; every trajectory is its trace."""
+    workers (`tests/doubles/script_vllm.py`) make the forks certain; every trajectory is its trace."""
     from doubles.replay import Replay, role_scripts  # tests/ is on sys.path
 
-    import toyworld
-    from contract.batch import SamplingParams
-    from contract.config import ExecutorConfig
-    from executors.requests import RequestExecutor
-    from formats import parse, render
+    from parallax import toyworld
+    from parallax.contract.batch import SamplingParams
+    from parallax.contract.config import ExecutorConfig
+    from parallax.executors.requests import RequestExecutor
+    from parallax.formats import parse, render
 
     tok = engine.tokenizer
     problems = toyworld.generate("subtask", 6, seed=1, difficulty=2)
@@ -288,7 +291,7 @@ def test_vllm_async_driver_starts_requests_while_others_decode(engine):
 def test_vllm_grammar_without_recomputed_logprobs_is_refused():
     from omegaconf import OmegaConf
 
-    from contract.config import ConfigError, ParallaxConfig, validate
+    from parallax.contract.config import ConfigError, ParallaxConfig, validate
 
     cfg = OmegaConf.merge(OmegaConf.structured(ParallaxConfig), {
         "rollout": {"engine": "vllm", "executor": {"mode": "executed", "grammar": True}},

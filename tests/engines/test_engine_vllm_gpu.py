@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.vllm,
 @pytest.fixture(scope="module")
 def engine(tiny_model_path):
     pytest.importorskip("vllm")
-    from engines.base import make_engine
+    from parallax.engines.base import make_engine
 
     eng = make_engine("vllm", model_path=tiny_model_path, dtype="float32", max_batch_size=8,
                       gpu_memory_utilization=0.2, enforce_eager=True, enable_sleep_mode=True)
@@ -31,9 +31,9 @@ def test_nccl_sync_equals_a_transformers_forward(engine, tiny_model_path):
     from doubles.plans import plan_for  # tests/ is on sys.path
     from transformers import AutoModelForCausalLM
 
-    from contract.batch import SamplingParams
-    from weightsync.group import SyncGroup
-    from weightsync.plan import plan_to_wire
+    from parallax.contract.batch import SamplingParams
+    from parallax.weightsync.group import SyncGroup
+    from parallax.weightsync.plan import plan_to_wire
 
     tok = engine.tokenizer
     prompt, params = tok.encode("Q: 1\nA:"), SamplingParams(max_new_tokens=8, greedy=True)
@@ -63,7 +63,7 @@ def test_nccl_sync_equals_a_transformers_forward(engine, tiny_model_path):
 
 
 def test_sleep_frees_gpu_memory_and_wake_restores_generation(engine):
-    from contract.batch import SamplingParams
+    from parallax.contract.batch import SamplingParams
 
     tok = engine.tokenizer
     params = SamplingParams(max_new_tokens=8, greedy=True)

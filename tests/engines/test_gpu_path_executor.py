@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engines.vllm import executor_backend
+from parallax.engines.vllm import executor_backend
 
 pytestmark = pytest.mark.vllm
 
@@ -38,5 +38,5 @@ def test_a_tensor_parallel_engine_in_a_placement_group_gets_the_multiprocessing_
         got = ray.get(task.remote(cases), timeout=120)
     finally:
         remove_placement_group(pg)
-    assert got[0] == "ray"  # vLLM's own pick there: the executor that stops a TP engine (engines/vllm.py)
+    assert got[0] == "ray"  # vLLM's own pick there: the executor that stops a TP engine (parallax/engines/vllm.py)
     assert got[1:] == ["mp", "mp", "uni"]

@@ -15,10 +15,10 @@ import math
 import pytest
 import torch
 
-from contract.batch import SamplingParams
-from contract.config import ExecutorConfig
-from engines.grammar import GrammarMasker
-from executors.kv import KVExecutor
+from parallax.contract.batch import SamplingParams
+from parallax.contract.config import ExecutorConfig
+from parallax.engines.grammar import GrammarMasker
+from parallax.executors.kv import KVExecutor
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ import json
 import pytest
 from canned_server import CannedServer  # tests/evaluation is on sys.path
 
-import formats
-from evaluation.annotate import annotate_trace, parse_label, stages, taxonomy
-from evaluation.cli import main
-from evaluation.teachers import HTTPTeacher
-from trainingdata.convert import convert
+from parallax import formats
+from parallax.evaluation.annotate import annotate_trace, parse_label, stages, taxonomy
+from parallax.evaluation.cli import main
+from parallax.evaluation.teachers import HTTPTeacher
+from parallax.trainingdata.convert import convert
 
 R1 = ("Start. <Parallel><Path>Try 3. 3*7=21, no.</Path><Path>Try 7. 7*3=21 ok</Path></Parallel>"
       "<Summary>x=7 works</Summary>\nSo #### 7")

@@ -7,10 +7,10 @@ import json
 import pytest
 from canned_server import CannedServer
 
-import formats
-from evaluation.builder import build_parallel_gsm8k, read_records, strip_thinking
-from evaluation.teachers import EngineTeacher, HTTPTeacher
-from trainingdata.loaders import load_benchmark
+from parallax import formats
+from parallax.evaluation.builder import build_parallel_gsm8k, read_records, strip_thinking
+from parallax.evaluation.teachers import EngineTeacher, HTTPTeacher
+from parallax.trainingdata.loaders import load_benchmark
 
 
 def _trace(ans: str, kind: str) -> str:
@@ -107,7 +107,7 @@ def test_strip_thinking_and_bad_endpoint():
 
 def test_cli_builds_from_another_benchmark_with_a_local_teacher(real_data, tiny_model, tmp_path, capsys):
     """`--benchmark dapo_math_17k --offset 1 --limit 2`: Table 1's second row, through the CLI."""
-    from evaluation.cli import main
+    from parallax.evaluation.cli import main
 
     out = tmp_path / "dapo"
     rc = main(["build-gsm8k", "--model-path", tiny_model, "--benchmark", "dapo_math_17k", "--offset", "1",
@@ -122,7 +122,7 @@ def test_cli_builds_from_another_benchmark_with_a_local_teacher(real_data, tiny_
 
 
 def test_cli_teacher_errors_name_the_flag(tmp_path, capsys):
-    from evaluation.cli import main
+    from parallax.evaluation.cli import main
 
     assert main(["build-gsm8k", "--model-path", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err

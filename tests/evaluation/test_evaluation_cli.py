@@ -1,4 +1,4 @@
-"""`python -m evaluation` end to end: a JSONL of outputs, and a real (tiny) checkpoint through the engine."""
+"""`python -m parallax.evaluation` end to end: a JSONL of outputs, and a real (tiny) checkpoint through the engine."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.cli import main, read_outputs
+from parallax.evaluation.cli import main, read_outputs
 
 PR = "<Parallel><Path>6*7=42</Path><Path>7*6=42</Path><Summary>42</Summary></Parallel> #### 42"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -71,7 +71,7 @@ def test_checkpoint_cli_on_tiny_model(tiny_model, tmp_path):
 
 
 def test_a_runs_checkpoint_is_read_from_its_model_dir(tiny_model, tmp_path):
-    from evaluation.cli import model_dir
+    from parallax.evaluation.cli import model_dir
 
     step = tmp_path / "checkpoints" / "step_000030"
     step.mkdir(parents=True)

@@ -24,7 +24,7 @@ def _row(i, output, gold):
 
 
 def test_rewards_score_reads_a_verl_parquet_without_flags(tmp_path):
-    from evaluation.cli import main
+    from parallax.evaluation.cli import main
 
     p = tmp_path / "train.parquet"
     _verl_parquet(p, [_row(0, f"{PAR} #### 4", "4"), _row(1, f"{PAR} #### 5", "4"), _row(2, "Answer: 7", "7")])
@@ -36,7 +36,7 @@ def test_rewards_score_reads_a_verl_parquet_without_flags(tmp_path):
 
 def test_rewards_score_groups_a_verl_rollout_dump_by_prompt(tmp_path):
     """verl's rollout_data_dir dump: input, output, gts, score, step; the n samples of a prompt are a group."""
-    from evaluation.cli import main
+    from parallax.evaluation.cli import main
 
     dump = tmp_path / "3.jsonl"
     rows = [{"input": "Q: 2+2", "output": f"{PAR} #### 4", "gts": "4", "score": 1.0, "step": 3},
@@ -53,7 +53,7 @@ def test_rewards_score_groups_a_verl_rollout_dump_by_prompt(tmp_path):
 
 
 def test_dotted_field_flags_and_clear_errors(tmp_path, capsys):
-    from evaluation.cli import main
+    from parallax.evaluation.cli import main
 
     p = tmp_path / "x.jsonl"
     p.write_text(json.dumps({"resp": {"final": "#### 3"}, "meta": {"gold": 3}}) + "\n" + json.dumps({"resp": 1}) + "\n")
@@ -68,7 +68,7 @@ def test_dotted_field_flags_and_clear_errors(tmp_path, capsys):
 
 
 def test_formats_stats_reads_the_real_parquet(sft_sample):
-    from evaluation.format_stats import stats_command
+    from parallax.evaluation.format_stats import stats_command
 
     out = io.StringIO()
     assert stats_command(str(sft_sample), "parallel_r1", None, out=out) == 0  # text: the `output` column
@@ -85,7 +85,7 @@ def test_formats_stats_reads_the_real_parquet(sft_sample):
 
 
 def test_evaluation_reads_a_verl_rollout_dump(tmp_path):
-    from evaluation.cli import read_outputs
+    from parallax.evaluation.cli import read_outputs
 
     dump = tmp_path / "7.jsonl"
     dump.write_text("".join(json.dumps({"input": q, "output": f"#### {a}", "gts": g, "score": 0.0, "step": 7}) + "\n"

@@ -36,7 +36,7 @@ def _rows(texts, gold="4"):
 
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
 def test_rewards_score_both_placements_and_a_broken_block(tmp_path, kind):
-    from evaluation.cli import main
+    from parallax.evaluation.cli import main
 
     p = _write(tmp_path, _rows([AFTER, INSIDE, BROKEN]), kind)
     out = io.StringIO()
@@ -56,7 +56,7 @@ def test_rewards_score_both_placements_and_a_broken_block(tmp_path, kind):
 
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
 def test_formats_stats_release_formats_and_flags(tmp_path, kind, capsys):
-    from evaluation.cli import main
+    from parallax.evaluation.cli import main
 
     p = _write(tmp_path, [{"text": RELEASE}, {"text": RELEASE_AFTER}], kind)
     assert main(["stats", p, "--format", "parason"]) == 0
@@ -75,7 +75,7 @@ def test_formats_stats_release_formats_and_flags(tmp_path, kind, capsys):
 
 
 def test_rewards_score_the_release_format(tmp_path):
-    from evaluation.cli import main
+    from parallax.evaluation.cli import main
 
     p = _write(tmp_path, _rows([RELEASE, RELEASE_AFTER]), "jsonl")
     out = io.StringIO()
@@ -89,7 +89,7 @@ def test_rewards_score_the_release_format(tmp_path):
 
 
 def test_evaluation_outputs_both_placements(tmp_path):
-    from evaluation.cli import main
+    from parallax.evaluation.cli import main
 
     rows = [{"uid": "a", "text": AFTER, "answer": "4"}, {"uid": "b", "text": INSIDE, "answer": "4"},
             {"uid": "c", "text": BROKEN, "answer": "4"}]

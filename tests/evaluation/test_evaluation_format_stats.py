@@ -1,12 +1,12 @@
-"""``python -m evaluation stats``: one JSON object per input line, bad lines reported, never a crash."""
+"""``python -m parallax.evaluation stats``: one JSON object per input line, bad lines reported, never a crash."""
 
 import io
 import json
 import subprocess
 import sys
 
-from evaluation.cli import main
-from evaluation.format_stats import stats_command
+from parallax.evaluation.cli import main
+from parallax.evaluation.format_stats import stats_command
 
 GOOD_P = (
     "First. <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>"
@@ -81,7 +81,7 @@ def test_stats_r1_and_tokenizer(tmp_path, tiny_model_path):
 def test_module_entry_point(tmp_path):
     path = _write(tmp_path, [json.dumps({"text": GOOD_R1}), "{"])
     out = subprocess.run(
-        [sys.executable, "-m", "evaluation", "stats", path, "--format", "parallel_r1"],
+        [sys.executable, "-m", "parallax.evaluation", "stats", path, "--format", "parallel_r1"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     rows = [json.loads(x) for x in out.stdout.splitlines()]

@@ -8,8 +8,8 @@ from fractions import Fraction
 
 import pytest
 
-from evaluation import evaluate_outputs, flatten_metrics, mean_at_k, pass_at_k
-from evaluation.metrics import stratum_of
+from parallax.evaluation import evaluate_outputs, flatten_metrics, mean_at_k, pass_at_k
+from parallax.evaluation.metrics import stratum_of
 
 PR = "<Parallel><Path>6*7=42</Path><Path>7*6=42</Path><Summary>42</Summary></Parallel> #### 42"  # 13 units, T=10
 PARASON = ("First. <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>"

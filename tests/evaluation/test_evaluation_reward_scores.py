@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.cli import main
-from evaluation.reward_scores import parse_kv, read_groups
+from parallax.evaluation.cli import main
+from parallax.evaluation.reward_scores import parse_kv, read_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 PAR = "<Parallel><Path>6*7</Path><Path>7*6</Path><Summary>42</Summary></Parallel> #### 42"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from evaluation.runner import generate_samples
-from trainingdata.loaders import EvalProblem
+from parallax.evaluation.runner import generate_samples
+from parallax.trainingdata.loaders import EvalProblem
 
 
 def _problems(n: int) -> list[EvalProblem]:
-    import toyworld
+    from parallax import toyworld
 
     return [EvalProblem(uid=p.uid, benchmark="toyworld", question=p.prompt, answer=p.answer,
                         meta={"raw_prompt": True}) for p in toyworld.generate("mixed", n, seed=3)]

@@ -12,11 +12,11 @@ import pytest
 import torch
 from doubles.replay import Replay, role_scripts  # tests/ is on sys.path
 
-import toyworld
-from contract.batch import ExecutionRecord, SamplingParams
-from contract.config import ExecutorConfig
-from executors.kv import KVExecutor
-from formats import (
+from parallax import toyworld
+from parallax.contract.batch import ExecutionRecord, SamplingParams
+from parallax.contract.config import ExecutorConfig
+from parallax.executors.kv import KVExecutor
+from parallax.formats import (
     SUBTASK,
     TRIAL,
     Block,
@@ -258,7 +258,7 @@ def test_executed_mode_on_cuda_writes_what_the_cpu_writes(lm, fmt):
 def test_summary_tags_are_forced_where_the_spec_puts_them(lm, placement, mode):
     from dataclasses import replace
 
-    from formats import get_spec
+    from parallax.formats import get_spec
 
     model, tok = lm
     spec = get_spec("parallel_r1", summary_placement=placement)

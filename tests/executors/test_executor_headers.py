@@ -1,7 +1,7 @@
 """Parason thread headers: each executed thread is told which outline entry it serves.
 
 The executor forces, after the k-th `<Thread>` of a block, the tokens of outline entry k and a
-newline (`executors.tracker.thread_header`). Checked here on the real executor and a random
+newline (`parallax.executors.tracker.thread_header`). Checked here on the real executor and a random
 tiny model: the headers are there and distinct, forced (no logprob, out of the loss), identical in
 executed and sequential mode, accepted by the grammar, and the learner's structured logprobs still
 equal the engine's with them in the context.
@@ -13,12 +13,12 @@ import pytest
 import torch
 from doubles.replay import Replay, role_scripts, sequential_script  # tests/ is on sys.path
 
-import toyworld
-from contract.batch import SamplingParams, Trajectory
-from contract.config import ExecutorConfig
-from executors.kv import KVExecutor
-from formats import THREAD_HEADER_SEP, parse, thread_header
-from layouts import masks
+from parallax import toyworld
+from parallax.contract.batch import SamplingParams, Trajectory
+from parallax.contract.config import ExecutorConfig
+from parallax.executors.kv import KVExecutor
+from parallax.formats import THREAD_HEADER_SEP, parse, thread_header
+from parallax.layouts import masks
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +123,7 @@ def test_both_modes_write_and_force_the_same_headers(lm, problems):
 
 
 def test_headers_are_grammar_valid_and_learner_scores_the_engine_exactly(lm, problems):
-    from layouts import build_train_batch
+    from parallax.layouts import build_train_batch
 
     model, tok = lm
     prompts, runs, ex = run_replay(lm, problems, "executed", grammar=True)

@@ -1,4 +1,4 @@
-"""Request executor (executors/requests.py): the parallel formats over whole engine requests.
+"""Request executor (parallax/executors/requests.py): the parallel formats over whole engine requests.
 
 The real hf engine stands in at vLLM's boundary (`Engine.generate` with per-request limits and
 stop tokens); `Replay`, passed down as an engine-level processor, makes each request write a
@@ -13,22 +13,22 @@ import torch
 from doubles.replay import Replay, role_scripts, sequential_script  # tests/ is on sys.path
 from test_executor import LONG, nested_tree
 
-import toyworld
 from actors.rollout import RolloutWorker
-from contract import algo
-from contract.batch import Completion, Prompt, SamplingParams, Trajectory
-from contract.config import ExecutorConfig, RolloutConfig
-from engines import ENGINES
-from engines.hf import HFEngine
-from executors.kv import KVExecutor
-from executors.requests import MAX_REDRAWS, RequestExecutor
-from formats import parse, render
-from layouts import build_train_batch
+from parallax import toyworld
+from parallax.contract import algo
+from parallax.contract.batch import Completion, Prompt, SamplingParams, Trajectory
+from parallax.contract.config import ExecutorConfig, RolloutConfig
+from parallax.engines import ENGINES
+from parallax.engines.hf import HFEngine
+from parallax.executors.kv import KVExecutor
+from parallax.executors.requests import MAX_REDRAWS, RequestExecutor
+from parallax.formats import parse, render
+from parallax.layouts import build_train_batch
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_path):
-    from engines.hf import HFEngine
+    from parallax.engines.hf import HFEngine
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -115,7 +115,7 @@ def learner_logprobs(model, batch) -> torch.Tensor:
 def test_request_records_reproduce_the_engine_logprobs_in_both_exact_layouts(engine, fmt):
     """The learner issue's check, for the request executor. threadweaver: one causal row per engine
     request. structured: one row per trajectory, the text causally plus copies of the requests that
-    saw less than the text before them (layouts/reprefill.py), scored through the masked path."""
+    saw less than the text before them (parallax/layouts/reprefill.py), scored through the masked path."""
     tok = engine.tokenizer
     if fmt == "parason":
         trees = [nested_tree(), nested_tree()]
@@ -222,7 +222,7 @@ def test_each_request_gets_the_grammar_of_what_it_writes(engine, fmt, mode):
                          Replay(scripts_for(trees, fmt, mode, tok), tok.eos_token_id))
     res = rx.run([tok.encode(p.prompt) for p in probs], SamplingParams(max_new_tokens=200, seed=0))
     assert [text(tok, r) for r in res] == [p.traces[fmt] + tok.eos_token for p in probs]
-    from formats import ebnf
+    from parallax.formats import ebnf
 
     spec = rx.spec
     body = ebnf(spec, "thread_1") if fmt == "parason" else ebnf(spec, "path")
@@ -261,7 +261,7 @@ def test_free_sampling_under_request_grammars_parses_and_scores_exactly(engine, 
 
 
 def test_a_tag_spelled_in_pieces_is_cut_where_the_spelling_starts(engine):
-    from executors.base import Traj
+    from parallax.executors.base import Traj
 
     tok = engine.tokenizer
     rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", grammar=True), "parason")
@@ -347,7 +347,7 @@ def test_sft_on_teacher_traces_trains_the_layout_the_request_executor_runs(engin
     """Cold-start SFT with dispatch requests (`structured_sft_batch(..., reprefill=True)`) builds, from the
     teacher trace alone, the very rows, positions, visibility and loss the learner builds from the request
     executor's own records when it samples that trace."""
-    from layouts.structured import structured_sft_batch
+    from parallax.layouts.structured import structured_sft_batch
 
     tok = engine.tokenizer
     train, _ = toyworld.make_splits(4, 1, seed=3, difficulty=1, family="mixed")
@@ -371,7 +371,7 @@ def test_sft_on_teacher_traces_trains_the_layout_the_request_executor_runs(engin
 def test_every_trajectory_cap_finishes_cleanly_when_eos_and_a_banned_tag_meet_it(engine):
     """Thread 0 samples EOS (closing it), thread 1 draws a banned nested block (cut, redrawn): whatever
     the trajectory cap, every request is settled and the trajectory ends with a parsable text."""
-    from formats import SUBTASK, Block, Branch, Tree
+    from parallax.formats import SUBTASK, Block, Branch, Tree
 
     tok, eos = engine.tokenizer, engine.tokenizer.eos_token_id
     tree = Tree(("Go. ", Block((Branch(SUBTASK, ("x",), "x"), Branch(SUBTASK, ("y",), "y"))), " done"))

@@ -8,11 +8,11 @@ import sys
 import pytest
 
 try:  # `pytest` without an installed package: make the repository root importable
-    import formats  # noqa: F401
+    from parallax import formats  # noqa: F401
 except ImportError:  # pragma: no cover
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from formats import ALL_SPECIAL_TOKENS
+from parallax.formats import ALL_SPECIAL_TOKENS
 
 _CORPUS = [
     f"Step {i}: compute {i}*{i + 3} = {i * (i + 3)}, then x < {i} and y > 2 so we check the value. #### {i}"
@@ -68,6 +68,6 @@ def hf_tokenizer(tokenizer_dir):
 @pytest.fixture(scope="session")
 def checkers(hf_tokenizer):
     """GrammarChecker per default format name."""
-    from formats import GrammarChecker
+    from parallax.formats import GrammarChecker
 
     return {name: GrammarChecker(name, hf_tokenizer) for name in ("parallel_r1", "parason")}

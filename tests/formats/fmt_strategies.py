@@ -7,7 +7,7 @@ import re
 
 from hypothesis import strategies as st
 
-from formats import OUTLINE, PATH, SUBTASK, TRIAL, Block, Branch, FormatSpec, Tree, canonical_nodes
+from parallax.formats import OUTLINE, PATH, SUBTASK, TRIAL, Block, Branch, FormatSpec, Tree, canonical_nodes
 
 # Fragments chosen to stress the content alphabet rule: '<', '>', partial tags, tag names
 # without brackets, tags of the *other* format, multi-byte characters, whitespace of all kinds.
@@ -31,7 +31,7 @@ def free_text(spec: FormatSpec, max_size: int = 6):
 
 
 def _other_tags(spec: FormatSpec) -> list[str]:
-    from formats import ALL_SPECIAL_TOKENS
+    from parallax.formats import ALL_SPECIAL_TOKENS
 
     return [t for t in ALL_SPECIAL_TOKENS if t not in spec.parse_tags]
 

@@ -7,7 +7,7 @@ import time
 import pytest
 from fmt_strategies import FRAGMENTS, mutate
 
-from formats import (
+from parallax.formats import (
     ALL_SPECIAL_TOKENS,
     PARALLEL_R1,
     PARASON,
@@ -18,7 +18,7 @@ from formats import (
     render,
     text_stats,
 )
-from formats.parser import _compiled, _words, part_words
+from parallax.formats.parser import _compiled, _words, part_words
 
 SPECS = (PARALLEL_R1, PARASON, get_spec("parason", max_depth=2, min_branches=1))
 

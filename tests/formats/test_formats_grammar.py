@@ -7,7 +7,7 @@ from fmt_strategies import mutate, trees
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from formats import (
+from parallax.formats import (
     PARALLEL_R1,
     PARASON,
     GrammarChecker,
@@ -53,7 +53,7 @@ def test_ebnf_parses_in_xgrammar():
 
 
 def test_compiles_with_real_tokenizer(hf_tokenizer):
-    from formats import compile_grammar
+    from parallax.formats import compile_grammar
 
     for name in ("parallel_r1", "parason"):
         cg = compile_grammar(name, hf_tokenizer)
@@ -258,7 +258,7 @@ FRAGMENT_CASES = [
 @pytest.mark.parametrize("start,text,ok", FRAGMENT_CASES)
 def test_request_fragments_accept_exactly_their_part(hf_tokenizer, start, text, ok):
     """`ebnf(spec, start)`: the grammar of what one request of the request executor writes."""
-    from formats.grammar import starts
+    from parallax.formats.grammar import starts
 
     assert start in starts(FRAGMENTS)
     compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(hf_tokenizer))

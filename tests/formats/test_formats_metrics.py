@@ -4,7 +4,7 @@ from fractions import Fraction
 
 import pytest
 
-from formats import Tree, compute_metrics, get_spec, parse, text_stats
+from parallax.formats import Tree, compute_metrics, get_spec, parse, text_stats
 
 EXAMPLE = (
     "First. <Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>"

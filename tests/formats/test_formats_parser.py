@@ -2,7 +2,7 @@
 
 import pytest
 
-from formats import (
+from parallax.formats import (
     PATH,
     STATUSES,
     SUBTASK,

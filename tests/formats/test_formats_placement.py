@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from formats import (
+from parallax.formats import (
     OUTLINE,
     SUBTASK,
     Block,

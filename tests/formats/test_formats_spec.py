@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-import formats
-from formats import ALL_SPECIAL_TOKENS, PARALLEL_R1, PARASON, FormatSpec, get_spec
+from parallax import formats
+from parallax.formats import ALL_SPECIAL_TOKENS, PARALLEL_R1, PARASON, FormatSpec, get_spec
 
 
 def test_defaults():

@@ -1,4 +1,4 @@
-"""C accelerator (formats._speedups) vs the pure-Python path: identical splits, word counts,
+"""C accelerator (parallax.formats._speedups) vs the pure-Python path: identical splits, word counts,
 parse results and metrics, on fuzz inputs, every string kind (1/2/4-byte, surrogates) and huge texts."""
 
 import os
@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_formats_fuzz import GENERATORS, SPECS
 
-from formats import PARALLEL_R1, PARASON, compute_metrics, get_spec, parse, render, text_stats, units
-from formats.scan import _compiled
-from formats.units import _words, part_words
+from parallax.formats import PARALLEL_R1, PARASON, compute_metrics, get_spec, parse, render, text_stats, units
+from parallax.formats.scan import _compiled
+from parallax.formats.units import _words, part_words
 
-needs_c = pytest.mark.skipif(not units.speedups_available(), reason="formats._speedups is not built")
+needs_c = pytest.mark.skipif(not units.speedups_available(), reason="parallax.formats._speedups is not built")
 
 # non-ASCII tags: the text and the tags may have different string kinds
 WIDE = get_spec(

@@ -6,7 +6,7 @@ import pytest
 from fmt_strategies import trees
 from hypothesis import HealthCheck, given, settings
 
-from formats import ALL_SPECIAL_TOKENS, PARALLEL_R1, PARASON, compute_metrics, parse, render, text_stats
+from parallax.formats import ALL_SPECIAL_TOKENS, PARALLEL_R1, PARASON, compute_metrics, parse, render, text_stats
 
 _TAG_RE = re.compile("|".join(re.escape(t) for t in ALL_SPECIAL_TOKENS))
 

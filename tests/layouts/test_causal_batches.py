@@ -1,11 +1,11 @@
-"""Padding and alignment of the learner's tensors (`layouts.causal`)."""
+"""Padding and alignment of the learner's tensors (`parallax.layouts.causal`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from contract.batch import Trajectory
-from layouts.causal import sft_batch, train_batch
+from parallax.contract.batch import Trajectory
+from parallax.layouts.causal import sft_batch, train_batch
 
 
 def _traj(p, r, lp):

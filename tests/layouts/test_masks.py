@@ -1,4 +1,4 @@
-"""layouts/masks.py against brute-force O(L²) Python references on random execution records."""
+"""parallax/layouts/masks.py against brute-force O(L²) Python references on random execution records."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contract.batch import ExecutionRecord
-from layouts import masks
+from parallax.contract.batch import ExecutionRecord
+from parallax.layouts import masks
 
 
 @st.composite
@@ -85,7 +85,7 @@ def test_branch_first_token_is_predicted_by_the_prefix() -> None:
 
 
 def test_structured_token_logprobs_equals_shift_by_one_on_sequential_rows() -> None:
-    from contract.algo import token_logprobs
+    from parallax.contract.algo import token_logprobs
 
     g = torch.Generator().manual_seed(0)
     logits, ids = torch.randn(2, 6, 11, generator=g), torch.randint(0, 11, (2, 6), generator=g)

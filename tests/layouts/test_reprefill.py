@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from contract.batch import ExecutionRecord
-from layouts.records import sequential_record
-from layouts.reprefill import expand_reprefill
+from parallax.contract.batch import ExecutionRecord
+from parallax.layouts.records import sequential_record
+from parallax.layouts.reprefill import expand_reprefill
 
 # Parallel-R1, two paths, as the request executor records it. Segments (tokens; request; sees):
 # 0 prompt (10 11 12; -1; -)           1 main "<Parallel>.." (20 21; 0; 0)

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from actors.scoring import score_logprobs, sft_loss, sft_micro_batches
-from contract.batch import SFTBatch
-from contract.config import LearnerConfig
-from layouts import masks
-from layouts.causal import sft_batch
-from layouts.packing import pack_bins, pack_sft_batch
-from layouts.structured import structured_sft_batch
+from parallax.contract.batch import SFTBatch
+from parallax.contract.config import LearnerConfig
+from parallax.layouts import masks
+from parallax.layouts.causal import sft_batch
+from parallax.layouts.packing import pack_bins, pack_sft_batch
+from parallax.layouts.structured import structured_sft_batch
 
 
 # ---- bins and layout -------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def lm(tiny_model_path):
 
 @pytest.fixture(scope="module")
 def problems():
-    import toyworld
+    from parallax import toyworld
 
     return toyworld.generate("mixed", 10, seed=4, difficulty=2)  # 2-3 branches: several segments each
 

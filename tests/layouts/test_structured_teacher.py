@@ -1,6 +1,6 @@
 """Teacher records equal what the real executor records, and the learner scores executed rows exactly.
 
-The executor (executors/kv.py) runs a random tiny model whose logits a processor pins to the
+The executor (parallax/executors/kv.py) runs a random tiny model whose logits a processor pins to the
 teacher's tokens, so each request really samples the teacher text through the real KV cache,
 forks, joins and positions. Then:
 * `teacher_record` (built from the parsed trace alone) must equal the executor's record;
@@ -14,12 +14,12 @@ import pytest
 import torch
 from doubles.replay import Replay  # tests/ is on sys.path
 
-import toyworld
-from contract.batch import SamplingParams, Trajectory
-from layouts import build_train_batch, masks
-from layouts.structured import structured_sft_batch
-from layouts.teacher import teacher_record, teacher_role_scripts
-from layouts.threadweaver import threadweaver_train_batch
+from parallax import toyworld
+from parallax.contract.batch import SamplingParams, Trajectory
+from parallax.layouts import build_train_batch, masks
+from parallax.layouts.structured import structured_sft_batch
+from parallax.layouts.teacher import teacher_record, teacher_role_scripts
+from parallax.layouts.threadweaver import threadweaver_train_batch
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +53,8 @@ def execute(lm, problems, fmt: str, mode: str):
 
 
 def _execute(lm, problems, fmt: str, mode: str):
-    from contract.config import ExecutorConfig
-    from executors.kv import KVExecutor
+    from parallax.contract.config import ExecutorConfig
+    from parallax.executors.kv import KVExecutor
 
     model, tok = lm
     prompts = [tok(p.prompt, add_special_tokens=False)["input_ids"] for p in problems]
@@ -105,7 +105,7 @@ def test_threadweaver_rows_cover_every_sampled_token_once(lm, problems) -> None:
     assert tw.response_mask.sum() == st.response_mask.sum()
     assert torch.isclose((tw.advantages * tw.response_mask).sum(), (st.advantages * st.response_mask).sum())
     # Branch and main rows are exact under plain causal scoring (join rows are the documented approximation).
-    from contract.algo import token_logprobs
+    from parallax.contract.algo import token_logprobs
 
     with torch.no_grad():
         logp = token_logprobs(
@@ -119,7 +119,7 @@ def test_threadweaver_rows_cover_every_sampled_token_once(lm, problems) -> None:
 
 
 def test_structured_sft_batch_trains_sampled_tokens_with_the_executed_layout(lm, problems) -> None:
-    from layouts.causal import sft_batch
+    from parallax.layouts.causal import sft_batch
 
     tok = lm[1]
     plain = sft_batch(problems, "parason", tok)
@@ -150,9 +150,9 @@ def test_teacher_trace_with_gaps_between_threads_is_refused(lm) -> None:
 
 
 def test_nested_parason_block_record_equals_executor_record(lm) -> None:
-    from contract.config import ExecutorConfig
-    from executors.kv import KVExecutor
-    from formats import SUBTASK, Block, Branch, Tree, render, with_thread_headers
+    from parallax.contract.config import ExecutorConfig
+    from parallax.executors.kv import KVExecutor
+    from parallax.formats import SUBTASK, Block, Branch, Tree, render, with_thread_headers
 
     model, tok = lm
     inner = Block((Branch(SUBTASK, ("1+1=2",), "a"), Branch(SUBTASK, ("2+2=4",), "b")))

@@ -8,9 +8,9 @@ import zipfile
 import pytest
 import torch
 
-from formats import ALL_SPECIAL_TOKENS
-from models import PACKAGED, materialize, prepare_model_dir
-from models.prepare import PAD_TOKEN, missing_tags
+from parallax.formats import ALL_SPECIAL_TOKENS
+from parallax.models import PACKAGED, materialize, prepare_model_dir
+from parallax.models.prepare import PAD_TOKEN, missing_tags
 
 
 @pytest.fixture(scope="session")
@@ -69,9 +69,9 @@ def test_prepared_model_holds_every_tag_as_one_token(prepared):
 def test_the_executor_runs_the_prepared_real_model(prepared):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from contract.batch import SamplingParams
-    from contract.config import ExecutorConfig
-    from executors.kv import KVExecutor
+    from parallax.contract.batch import SamplingParams
+    from parallax.contract.config import ExecutorConfig
+    from parallax.executors.kv import KVExecutor
 
     tok = AutoTokenizer.from_pretrained(prepared.path)
     model = AutoModelForCausalLM.from_pretrained(prepared.path).eval()

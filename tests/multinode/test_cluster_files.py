@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _compose(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
-    from contract.config import register_configs, validate
+    from parallax.contract.config import register_configs, validate
 
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

@@ -188,8 +188,8 @@ def test_a_lost_rollout_actor_names_the_knob_that_restarts_it():
     """A rollout or reward actor past its restarts: cluster.max_restarts governs, not only
     trainer.max_failures (the message named that one alone)."""
     from actors.faults import ActorLost
-    from contract.config import ParallaxConfig
     from orchestrator.stops import lost_actor_paragraph
+    from parallax.contract.config import ParallaxConfig
 
     cfg = ParallaxConfig()
     text = lost_actor_paragraph(ActorLost("rollout", 1, "it did not restart"), cfg, 0, "/runs/x/checkpoints")
@@ -202,9 +202,9 @@ def test_a_lost_rollout_actor_names_the_knob_that_restarts_it():
 @pytest.mark.parametrize("policy", ["save", "stop"])
 def test_a_vanished_checkpoint_directory_is_said_and_handled(tmp_path, capsys, policy):
     """The checkpoint dir deleted mid-run was made again silently at the next save (steps lost unsaid)."""
-    from contract.config import TrainerConfig
     from orchestrator.checkpoint import RunCheckpoints
     from orchestrator.stops import RunStopped
+    from parallax.contract.config import TrainerConfig
 
     run = _run(tmp_path, steps=(2,))
     ckpts = RunCheckpoints(TrainerConfig(lost_checkpoint=policy, save_every=4, save_every_min=0), run)

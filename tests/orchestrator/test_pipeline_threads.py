@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from contract.config import register_configs, validate
 from orchestrator.setup import pipeline_threads_warning
+from parallax.contract.config import register_configs, validate
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 register_configs()

@@ -1,14 +1,14 @@
-"""A step's data: scored groups (contract.batch.ScoredGroup) and the filters and folds over them --
+"""A step's data: scored groups (parallax.contract.batch.ScoredGroup) and the filters and folds over them --
 DAPO's dynamic sampling, the sample table, GRPO's groups -- on groups built by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from contract import algo
-from contract.batch import Prompt, ScoredGroup, StepSamples, Trajectory
 from orchestrator import dynamic
 from orchestrator.samples import sample_rows
+from parallax.contract import algo
+from parallax.contract.batch import Prompt, ScoredGroup, StepSamples, Trajectory
 
 
 def group(uid: str, correct: list[bool], rewards: list[float] | None = None, answer: str = "7") -> ScoredGroup:

@@ -77,7 +77,7 @@ def test_callback_writes_the_table_when_the_multirun_ends(sweep, capsys):
 def test_sweep_experiment_wires_the_callback_and_a_wandb_group():
     from hydra import compose, initialize_config_dir
 
-    from contract.config import register_configs
+    from parallax.contract.config import register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from contract.batch import Trajectory
 from orchestrator.structure import trajectory_stats
+from parallax.contract.batch import Trajectory
 
 FORK = "<Parallel><Path>3*4=12</Path><Path>5*6=30</Path><Summary>12+30=42</Summary></Parallel> #### 42"
 SERIAL = "3*4=12 5*6=30 12+30=42 #### 42"

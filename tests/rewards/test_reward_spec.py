@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-import toyworld
 from actors.reward_worker import RewardWorker
-from contract.config import RewardConfig
 from curricula.stage import Stage
+from parallax import toyworld
+from parallax.contract.config import RewardConfig
 from rewards.registry import stage_spec
 
 
@@ -50,9 +50,9 @@ def test_stage_params_and_run_reward():
 def test_the_runs_format_options_reach_teachers_and_rewards(worker):
     """data.format_options (here: the summary inside the block, only) reaches the toy world's teacher
     traces and the reward's parser, so a run scores what its teacher and executor write."""
-    from contract.config import DataConfig
-    from formats import parse
-    from trainingdata.streams import load_problems
+    from parallax.contract.config import DataConfig
+    from parallax.formats import parse
+    from parallax.trainingdata.streams import load_problems
 
     cfg = DataConfig(n_train=8, n_test=4, format_options={"summary_placement": "inside", "summary_accept": "inside"})
     train, _ = load_problems(cfg)
@@ -67,7 +67,7 @@ def test_the_runs_format_options_reach_teachers_and_rewards(worker):
 
 
 def test_unknown_format_option_is_a_config_error():
-    from contract.config import DataConfig
+    from parallax.contract.config import DataConfig
 
     with pytest.raises(ValueError, match=r"data.format_options: unknown option\(s\) \['placement'\]"):
         DataConfig(format_options={"placement": "inside"})

@@ -7,7 +7,7 @@ import random
 import pytest
 
 import rewards
-import toyworld
+from parallax import toyworld
 from rewards.branch import unit_correct
 
 R1 = "<Parallel><Path>{a}</Path><Path>{b}</Path></Parallel><Summary>{m}</Summary> #### {ans}"

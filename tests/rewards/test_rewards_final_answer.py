@@ -1,6 +1,6 @@
 """Accuracy comes from the final answer alone, whatever the format; format-aware rewards keep their gates.
 
-The answer is read after the last block, outside any tag left open (`formats.answer_text`): a
+The answer is read after the last block, outside any tag left open (`parallax.formats.answer_text`): a
 correct `Final Answer:` after a malformed block counts, an answer inside a path never does.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from formats import answer_text
+from parallax.formats import answer_text
 from rewards.analysis import AnalysisOptions, analyze_group
 from rewards.api import score_samples
 from rewards.registry import make_params

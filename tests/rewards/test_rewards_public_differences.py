@@ -1,11 +1,11 @@
-"""Where Parallax differs from the public code on purpose (rewards/pa_grpo.py, formats/metrics.py):
+"""Where Parallax differs from the public code on purpose (rewards/pa_grpo.py, parallax/formats/metrics.py):
 each difference worked out by hand from the seed formulas."""
 
 from __future__ import annotations
 
 import pytest
 
-from formats import compute_metrics, parse
+from parallax.formats import compute_metrics, parse
 from rewards.pa_grpo import pa_grpo_rewards, zscores
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from studies import STUDIES
-from studies.report import summarise, to_markdown, write_report
-from studies.run import arm_command, sft_command
+from parallax.studies import STUDIES
+from parallax.studies.report import summarise, to_markdown, write_report
+from parallax.studies.run import arm_command, sft_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,8 +77,8 @@ def test_a_missing_arm_is_named(tmp_path):
 @pytest.mark.slow
 def test_a_tiny_scaffold_study_runs_end_to_end(tmp_path):
     """The real command at a tiny size: SFT, the three arms at once on one shared cluster (one seed), the report."""
-    cmd = [sys.executable, "-m", "studies", "scaffold", "--out", str(tmp_path), "--sft-steps", "4", "--rl-steps", "3",
-           "--switch", "2", "--seeds", "1", "--eval-every", "2", "--parallel", "3", "--",
+    cmd = [sys.executable, "-m", "parallax.studies", "scaffold", "--out", str(tmp_path), "--sft-steps", "4",
+           "--rl-steps", "3", "--switch", "2", "--seeds", "1", "--eval-every", "2", "--parallel", "3", "--",
            "data.n_test=4", "data.n_train=128",
            "trainer.sft_batch_size=8", "trainer.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=24",
            "trainer.eval_samples=1", "logging.ray_metrics=false"]
@@ -105,7 +105,7 @@ def test_every_job_of_every_study_is_a_valid_config(name, tmp_path):
     """The SFT job's and each arm's overrides compose and pass the config check (one seed each)."""
     from hydra import compose, initialize_config_dir
 
-    from contract.config import register_configs, validate
+    from parallax.contract.config import register_configs, validate
 
     study = STUDIES[name]
     register_configs()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from formats import ALL_SPECIAL_TOKENS
+from parallax.formats import ALL_SPECIAL_TOKENS
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_model_loads_in_hf_format_with_matching_vocab(tiny_model_path, tok):
 
 
 def test_rebuilding_with_another_config_is_refused(tiny_model_path):
-    from tinylm import TinyModelConfig, build_tiny_model
+    from parallax.tinylm import TinyModelConfig, build_tiny_model
 
     with pytest.raises(ValueError, match="another config"):
         build_tiny_model(tiny_model_path, TinyModelConfig(hidden_size=64), ["x"])
@@ -50,7 +50,7 @@ def test_a_cached_build_is_the_build_byte_for_byte_and_is_reused(tmp_path):
     """`cache=`: the first run builds into the cache and copies; the next copies the same entry (no new
     one, its files untouched); a different corpus is a different entry; no cache builds in place. All
     three directories hold the same bytes where the inputs are the same."""
-    from tinylm import TinyModelConfig, build_tiny_model
+    from parallax.tinylm import TinyModelConfig, build_tiny_model
 
     cfg, corpus, cache = TinyModelConfig(num_layers=1), ["Q: 1+2\nA: 3 #### 3", "Q: 4*5\nA: 20 #### 20"], tmp_path / "c"
     plain = build_tiny_model(tmp_path / "plain", cfg, corpus)

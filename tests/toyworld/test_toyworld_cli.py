@@ -1,4 +1,4 @@
-"""``python -m toyworld sample`` prints the same problems as the library, in any process."""
+"""``python -m parallax.toyworld sample`` prints the same problems as the library, in any process."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import toyworld
+from parallax import toyworld
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _run(*args: str, hashseed: str = "123") -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONHASHSEED": hashseed, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "toyworld", *args],
+        [sys.executable, "-m", "parallax.toyworld", *args],
         check=False,
         capture_output=True,
         text=True,
@@ -49,7 +49,7 @@ def test_sample_streams_a_huge_n_in_constant_memory():
     """`-n 100000000` prints its first lines at once and stops cleanly when the reader leaves; before,
     it built the whole list first (past 1.28 GB, nothing printed)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "toyworld", "sample", "-n", "100000000"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "parallax.toyworld", "sample", "-n", "100000000"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     lines = [proc.stdout.readline() for _ in range(3)]
     proc.stdout.close()  # the reader leaves, as `| head -3` does

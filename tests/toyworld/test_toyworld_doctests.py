@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["toyworld", "toyworld.problem", "toyworld.tasks", "toyworld.teacher", "toyworld.generate", "toyworld.stats"]
+MODULES = ["parallax.toyworld", "parallax.toyworld.problem", "parallax.toyworld.tasks", "parallax.toyworld.teacher",
+           "parallax.toyworld.generate", "parallax.toyworld.stats"]
 
 
 @pytest.mark.parametrize("name", MODULES)

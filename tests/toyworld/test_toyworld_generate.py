@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from toyworld_checks import parse_subtask, parse_trial, solve
 
-import toyworld
+from parallax import toyworld
 
 N = 2000
 

@@ -2,7 +2,7 @@
 
 Checked from the text alone (toyworld_checks-style: no generator code reused): every step is
 true, the branches cover the prompt, the serial search stops at the winner, the mixtures keep
-today's problems, and ``python -m toyworld stats`` says where a fork pays.
+today's problems, and ``python -m parallax.toyworld stats`` says where a fork pays.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import sys
 import pytest
 from toyworld_checks import check_step, content_tokens
 
-import toyworld
-from formats import SUBTASK, TRIAL, Block, compute_metrics, parse
+from parallax import toyworld
+from parallax.formats import SUBTASK, TRIAL, Block, compute_metrics, parse
 
 MUL_PROMPT = re.compile(r"Q: (\d{3}\*\d(?:\+\d{3}\*\d)*)\nA:")
 SEARCH_PROMPT = re.compile(r"Q: x\*(\d)\*(\d)\*(\d)%10=(\d) x\?(\d+(?: \d+)*)\nA:")
@@ -88,8 +88,8 @@ def test_serial_search_stops_at_the_winner_and_the_fork_checks_every_candidate(p
 
 
 def test_stats_say_where_a_fork_pays():
-    from tinylm.tokenizer import build_tokenizer
-    from toyworld.stats import teacher_stats
+    from parallax.tinylm.tokenizer import build_tokenizer
+    from parallax.toyworld.stats import teacher_stats
 
     tok = build_tokenizer(toyworld.corpus(300, 0))  # digits are single tokens, tags one each
     short = teacher_stats(toyworld.generate("subtask", 40, seed=1, difficulty=1), tok)["subtask/d1"]
@@ -103,10 +103,10 @@ def test_stats_say_where_a_fork_pays():
 
 
 def test_stats_cli_prints_a_row_per_stratum_and_a_json_line(tmp_path):
-    from tinylm.tokenizer import build_tokenizer
+    from parallax.tinylm.tokenizer import build_tokenizer
 
     build_tokenizer(toyworld.corpus(300, 0)).save_pretrained(tmp_path)  # as a tiny run's model_init/
-    out = subprocess.run([sys.executable, "-m", "toyworld", "stats", "--family", "all", "-n", "64",
+    out = subprocess.run([sys.executable, "-m", "parallax.toyworld", "stats", "--family", "all", "-n", "64",
                           "--difficulty", "1,3", "--tokenizer", str(tmp_path)],
                          capture_output=True, text=True, check=True).stdout.splitlines()
     table = json.loads(out[-1])
@@ -142,8 +142,8 @@ def test_a_difficulty_per_family_draws_each_familys_levels_and_names_what_is_mis
 
 
 def test_the_run_config_takes_a_difficulty_per_family():
-    from contract.data import DataConfig
-    from contract.errors import ConfigError
+    from parallax.contract.data import DataConfig
+    from parallax.contract.errors import ConfigError
 
     DataConfig(difficulty={"subtask": 1, "trial": [6, 7]})
     with pytest.raises(ConfigError, match="data.difficulty"):

@@ -7,8 +7,8 @@ import re
 import pytest
 from toyworld_checks import check_step, content_tokens, solve
 
-import toyworld
-from formats import parse
+from parallax import toyworld
+from parallax.formats import parse
 
 ANSWER_LINE = re.compile(r" #### (-?\d+)\Z")
 P = 0.3

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import toyworld
-from formats import parse
-from toyworld.teacher import final_line
+from parallax import toyworld
+from parallax.formats import parse
+from parallax.toyworld.teacher import final_line
 
 Q = 0.3
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import toyworld
-from formats import parse
-from formats.metrics import compute_metrics
+from parallax import toyworld
+from parallax.formats import parse
+from parallax.formats.metrics import compute_metrics
 
 S = 0.4
 

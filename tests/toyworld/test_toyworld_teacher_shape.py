@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import toyworld
-from formats import parse
-from formats.metrics import compute_metrics
+from parallax import toyworld
+from parallax.formats import parse
+from parallax.formats.metrics import compute_metrics
 
 V, M = 0.3, 0.25
 
@@ -82,7 +82,7 @@ def test_bad_shape_probabilities_are_refused(kw):
 
 
 def test_the_config_refuses_shapes_that_sum_past_one():
-    from contract.config import DataConfig
+    from parallax.contract.config import DataConfig
 
     assert DataConfig(teacher_verify=0.5, teacher_midfork=0.5).teacher_midfork == 0.5
     with pytest.raises(ValueError, match="data.teacher_verify"):

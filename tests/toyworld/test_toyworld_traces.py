@@ -7,8 +7,8 @@ import re
 import pytest
 from toyworld_checks import check_step, content_tokens, parse_subtask, parse_trial
 
-import toyworld
-from formats import PATH, SUBTASK, TRIAL, Block, compute_metrics, final_segment, parse, thread_header
+from parallax import toyworld
+from parallax.formats import PATH, SUBTASK, TRIAL, Block, compute_metrics, final_segment, parse, thread_header
 
 ANSWER_LINE = re.compile(r" #### (-?\d+)\Z")
 

@@ -1,12 +1,12 @@
 """`data.fewshot`: solved toy problems shown before each prompt as earlier chat turns, the same in
-training, in the held-out evaluation and in `python -m evaluation checkpoint --toy-fewshot`."""
+training, in the held-out evaluation and in `python -m parallax.evaluation checkpoint --toy-fewshot`."""
 
 from __future__ import annotations
 
 import pytest
 
-from contract.config import DataConfig
-from trainingdata.prompts import fewshot_prompt, toy_shots
+from parallax.contract.config import DataConfig
+from parallax.trainingdata.prompts import fewshot_prompt, toy_shots
 
 CHATML = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
           "{% if add_generation_prompt %}<|assistant|>{% endif %}")
@@ -48,18 +48,18 @@ def test_a_model_without_a_chat_template_is_refused(tiny_model_path):
 
 
 @pytest.mark.parametrize("bad", [1.5, True, "2"])
-def test_the_count_is_a_whole_number(bad):  # its range (0..8) is contract/ranges.py's, tested from the table
+def test_the_count_is_a_whole_number(bad):  # its range (0..8) is parallax/contract/ranges.py's, tested from the table
     with pytest.raises(ValueError, match="data.fewshot"):
         DataConfig(fewshot=bad)
 
 
 def test_training_and_the_checkpoint_cli_show_the_same_prompts(chat_tokenizer):
-    """The held-out prompts a run trains beside equal what `python -m evaluation checkpoint --toy-fewshot 2`
+    """The held-out prompts a run trains beside equal what `python -m parallax.evaluation checkpoint --toy-fewshot 2`
     sends for the same split, so its figures can be reproduced from a checkpoint."""
-    import toyworld
-    from evaluation.runner import prompts_for
-    from trainingdata.loaders import toyworld_problems
-    from trainingdata.streams import show_examples
+    from parallax import toyworld
+    from parallax.evaluation.runner import prompts_for
+    from parallax.trainingdata.loaders import toyworld_problems
+    from parallax.trainingdata.streams import show_examples
 
     cfg = DataConfig(n_train=20, n_test=6, seed=3, fewshot=2)
     train, test = toyworld.make_splits(cfg.n_train, cfg.n_test, cfg.seed, cfg.difficulty, family=cfg.family)

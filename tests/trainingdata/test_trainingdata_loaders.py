@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from formats import get_spec
-from trainingdata import build_prompt, load_benchmark, repair_form_feed
-from trainingdata.loaders import BENCHMARKS, toyworld_problems
+from parallax.formats import get_spec
+from parallax.trainingdata import build_prompt, load_benchmark, repair_form_feed
+from parallax.trainingdata.loaders import BENCHMARKS, toyworld_problems
 
 # (benchmark, rows, first uid, first answer) -- counts from shared/data/README.md.
 CASES = [
@@ -92,7 +92,7 @@ def test_env_data_dir_and_custom_file(tmp_path, monkeypatch):
 
 
 def test_toyworld_matches_training_split():
-    import toyworld
+    from parallax import toyworld
 
     _, test = toyworld.make_splits(5, 6, 3, 2, family="mixed")
     probs = toyworld_problems(n=6, seed=3, difficulty=2)

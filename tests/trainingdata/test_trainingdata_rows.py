@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from trainingdata.fields import FieldError, field, find_field, text_of
-from trainingdata.rows import read_rows
+from parallax.trainingdata.fields import FieldError, field, find_field, text_of
+from parallax.trainingdata.rows import read_rows
 
 
 def test_dotted_paths_index_dicts_and_lists():
@@ -64,7 +64,7 @@ def test_the_real_verl_parquet_reads_as_plain_rows(sft_sample):
 def test_a_json_document_that_cannot_be_read_is_named(tmp_path):
     """A .json file is one document: too deep, not UTF-8 or not JSON is an error naming the file
     (a JSONL file gets one bad row per line instead)."""
-    from trainingdata.rows import read_rows
+    from parallax.trainingdata.rows import read_rows
 
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
@@ -83,7 +83,7 @@ def test_a_json_document_that_cannot_be_read_is_named(tmp_path):
 def test_the_fields_example_runs():
     import doctest
 
-    import trainingdata.fields
+    from parallax.trainingdata import fields
 
-    result = doctest.testmod(trainingdata.fields)
+    result = doctest.testmod(fields)
     assert result.attempted >= 2 and result.failed == 0

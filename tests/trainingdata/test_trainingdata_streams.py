@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainingdata.streams import batches
+from parallax.trainingdata.streams import batches
 
 
 def test_batches_cover_each_epoch_once():
@@ -14,11 +14,11 @@ def test_batches_cover_each_epoch_once():
 
 
 def test_stages_on_one_pool_draw_different_prompt_orders():
-    import toyworld
-    from contract.config import DataConfig
     from curricula.stage import Stage
-    from tinylm import build_tokenizer
-    from trainingdata.streams import StageStreams
+    from parallax import toyworld
+    from parallax.contract.config import DataConfig
+    from parallax.tinylm import build_tokenizer
+    from parallax.trainingdata.streams import StageStreams
 
     train = toyworld.generate("mixed", 64, seed=0)
     streams = StageStreams(DataConfig(), train, build_tokenizer([p.prompt for p in train]), seed=0)
@@ -30,8 +30,8 @@ def test_stages_on_one_pool_draw_different_prompt_orders():
 
 
 def test_benchmark_prompts_are_the_papers_prompt_in_the_chat_template(lm):
-    from contract.config import DataConfig
-    from trainingdata.streams import benchmark_prompts
+    from parallax.contract.config import DataConfig
+    from parallax.trainingdata.streams import benchmark_prompts
 
     _, tok = lm
     prompts = benchmark_prompts("gsm8k", DataConfig(), tok, limit=3)
@@ -57,11 +57,11 @@ def test_benchmark_prompts_are_the_papers_prompt_in_the_chat_template(lm):
 def test_rl_holdout_keeps_rl_problems_out_of_sft():
     """data.rl_holdout: a share of the distinct train problems (reorderings are one problem) goes to the RL
     stages only, the rest to SFT only; 0 gives every stage the whole pool."""
-    import toyworld
-    from contract.config import DataConfig
     from curricula.stage import Stage
-    from tinylm import build_tokenizer
-    from trainingdata.streams import StageStreams
+    from parallax import toyworld
+    from parallax.contract.config import DataConfig
+    from parallax.tinylm import build_tokenizer
+    from parallax.trainingdata.streams import StageStreams
 
     train, _ = toyworld.make_splits(2000, 128, seed=0)
     tok = build_tokenizer([p.prompt for p in train[:200]])

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from formats import get_spec, is_written, parse
-from trainingdata.trajectories import load_trajectories
+from parallax.formats import get_spec, is_written, parse
+from parallax.trainingdata.trajectories import load_trajectories
 
 SAMPLE = Path(__file__).resolve().parents[3] / "shared/data/parallel_r1/gsm8k_parallel_sft_sample.parquet"
 GOOD = ("Q. <Parallel>\n<Path>6*7=42</Path>\n<Path>7*6=42</Path>\n</Parallel>\n<Summary>both 42</Summary>\n"
@@ -99,7 +99,7 @@ def test_rl_prompts_from_a_verl_parquet(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from trainingdata.trajectories import load_prompts
+    from parallax.trainingdata.trajectories import load_prompts
 
     rows = [{"prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "What is 6*7?"}],
              "reward_model": {"ground_truth": "42"}},
@@ -115,7 +115,7 @@ def test_rl_prompts_from_a_verl_parquet(tmp_path):
 def test_the_paper_prompt_is_the_real_datas_prompt():
     import pyarrow.parquet as pq
 
-    from trainingdata.prompts import build_prompt
+    from parallax.trainingdata.prompts import build_prompt
 
     for row in pq.read_table(SAMPLE).to_pylist():
         real = row["prompt"][0]["content"]
@@ -125,7 +125,7 @@ def test_the_paper_prompt_is_the_real_datas_prompt():
 
 
 def test_parason_threads_get_the_header_the_executor_forces(tmp_path):
-    from formats import thread_header
+    from parallax.formats import thread_header
 
     plain = ("<Parallel><Outlines><Subtask>3*4</Subtask><Subtask>5*6</Subtask></Outlines>"
              "<Thread>12</Thread><Thread>30</Thread></Parallel> 12+30=42 #### 42")
@@ -134,7 +134,7 @@ def test_parason_threads_get_the_header_the_executor_forces(tmp_path):
     (ex,), report = load_trajectories(str(path), "parason", "parason")
     text = ex.traces["parason"]
     assert f"<Thread>{thread_header('3*4')}12</Thread>" in text and report.normalized == 1
-    from layouts.teacher import teacher_record  # the structured SFT layout accepts it
+    from parallax.layouts.teacher import teacher_record  # the structured SFT layout accepts it
 
     class Tok:  # one token per character, offsets included
         eos_token_id = 0
@@ -162,7 +162,7 @@ class _Counting:
 
 def test_a_huge_row_is_too_long_before_it_is_parsed_or_tokenized(tmp_path, lm):
     """A 10 MB line was tokenized in full (10,002,584 tokens, 72 s) before it was refused."""
-    from trainingdata.trajectories import load_prompts, max_token_chars
+    from parallax.trainingdata.trajectories import load_prompts, max_token_chars
 
     tok = _Counting(lm[1])
     huge = "7 + " * 2_500_000  # 10 MB
@@ -185,7 +185,7 @@ def test_a_huge_row_is_too_long_before_it_is_parsed_or_tokenized(tmp_path, lm):
 def test_the_character_bound_never_refuses_a_row_that_fits(lm):
     """The bound is the vocabulary's longest token string: no text that tokenizes within the limit has
     more characters than max_tokens x that length."""
-    from trainingdata.trajectories import max_token_chars
+    from parallax.trainingdata.trajectories import max_token_chars
 
     tok = lm[1]
     longest = max(tok.get_vocab(), key=len)
@@ -195,7 +195,7 @@ def test_the_character_bound_never_refuses_a_row_that_fits(lm):
 
 @pytest.mark.parametrize("key", ["uid", "index"])
 def test_a_repeated_uid_is_reported_by_line(tmp_path, key):
-    from trainingdata.trajectories import load_prompts
+    from parallax.trainingdata.trajectories import load_prompts
 
     rows = [{key: "a", "prompt": "p1", "output": GOOD, "answer": "42"},
             {key: "b", "prompt": "p2", "output": GOOD, "answer": "42"},

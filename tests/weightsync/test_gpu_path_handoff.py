@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from weightsync.handoff import handoff_pairs, share
-from weightsync.plan import pack, plan_named, plan_to_wire
+from parallax.weightsync.handoff import handoff_pairs, share
+from parallax.weightsync.plan import pack, plan_named, plan_to_wire
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # The receiving process: the handles and the plan on stdin, the weights it loaded (pickled) on stdout.
 RECEIVER = r"""
 import pickle, sys, torch
-from weightsync.handoff import receive_shared
+from parallax.weightsync.handoff import receive_shared
 handles, wire, device = pickle.loads(sys.stdin.buffer.read())
 if device == "cuda":
     torch.cuda.set_device(0)

@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from weightsync.group import SyncGroup, loopback_only
-from weightsync.plan import plan_named
+from parallax.weightsync.group import SyncGroup, loopback_only
+from parallax.weightsync.plan import plan_named
 
 
 def _free_port() -> int:
@@ -66,8 +66,8 @@ def test_one_node_stores_keep_to_loopback():
 
 _NCCL_MEMBER = """
 import sys, torch
-from weightsync.group import SyncGroup
-from weightsync.plan import plan_named
+from parallax.weightsync.group import SyncGroup
+from parallax.weightsync.plan import plan_named
 rank, address = int(sys.argv[1]), sys.argv[2]
 torch.cuda.set_device(0)  # both members on the one GPU, as a colocated engine and learner rank 0 would be
 state = {"w": torch.arange(12.0, device="cuda").reshape(3, 4)}
@@ -87,7 +87,7 @@ print("SYNCED")
 def test_nccl_refuses_two_ranks_on_one_gpu(tmp_path):
     """The premise of `orchestrator.weights.shared_devices` and of the same-device hand-off: NCCL cannot hold two
     members of the sync group on one device, so an engine on a learner rank's GPU is handed its weights
-    there (`weightsync.handoff`). Should a NCCL ever accept it, this fails, and the colocated path could
+    there (`parallax.weightsync.handoff`). Should a NCCL ever accept it, this fails, and the colocated path could
     take the collective."""
     import subprocess
     import sys

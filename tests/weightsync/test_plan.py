@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from weightsync.plan import (
+from parallax.weightsync.plan import (
     Bucket,
     TensorMeta,
     pack,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from weightsync.plan import plan_named
-from weightsync.receive import copy_into, load_state, load_state_file, state_file
+from parallax.weightsync.plan import plan_named
+from parallax.weightsync.receive import copy_into, load_state, load_state_file, state_file
 
 
 class Tied(torch.nn.Module):

@@ -1,7 +1,0 @@
-"""``python -m evaluation`` -- see :mod:`evaluation.cli`."""
-
-import sys
-
-from evaluation.cli import main
-
-sys.exit(main())

@@ -1,0 +1,84 @@
+"""The same-device hand-off: a learner rank gives the engine on its own device the weights it holds.
+
+Colocated engines (`rollout.colocate`: engine i on learner rank i's GPU) cannot join an NCCL group with
+that rank (NCCL refuses two ranks on one device), and the object store would copy the whole model
+through host memory for every engine. Every learner rank walks the export's buckets anyway (ZeRO-3
+gathers each bucket on every rank), so rank i packs each bucket into a buffer of its own on its device
+and shares it; engine i maps the same memory and loads from it, with no transfer (verl and OpenRLHF
+hand a colocated engine its weights the same way, by CUDA IPC):
+
+* on CUDA, a buffer's CUDA IPC handle (`torch.multiprocessing.reductions.reduce_tensor`), opened on the
+  receiver's own device -- both actors see the one GPU they share as their device 0;
+* on CPU, the buffer's storage in shared memory by name (torch's `file_system` sharing), opened by any
+  process on the node: the same code path, tested on CPU.
+
+A handle is plain bytes (vLLM's `collective_rpc` carries plain values). The sender keeps its buffers
+until every receiver has loaded (`LearnerWorker.release_staged`), the receiver copies out of them.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+
+import torch
+
+from parallax.weightsync.plan import SyncPlan, plan_from_wire, unpack
+from parallax.weightsync.receive import Weights
+
+
+def share(buf: torch.Tensor) -> bytes:
+    """A handle another process on this node can open as `buf` itself (a contiguous uint8 buffer that owns
+    its storage from offset 0, as `parallax.weightsync.plan.pack` makes one with view=False)."""
+    from torch.multiprocessing import reductions
+
+    if buf.is_cuda:
+        return pickle.dumps(("cuda", reductions.reduce_tensor(buf)))
+    import torch.multiprocessing as mp
+
+    mp.set_sharing_strategy("file_system")  # by name: a handle that is plain data (no file descriptor to pass)
+    return pickle.dumps(("cpu", reductions.reduce_storage(buf.untyped_storage()), buf.numel()))
+
+
+def opened(handle: bytes) -> torch.Tensor:
+    """The buffer a `share` handle names, mapped into this process (no copy)."""
+    kind, (rebuild, args), *rest = pickle.loads(handle)
+    if kind == "cuda":
+        args = list(args)
+        args[6] = torch.cuda.current_device()  # the sender's device index, as this process numbers it
+        return rebuild(*args)
+    storage = rebuild(*args)
+    return torch.empty(0, dtype=torch.uint8).set_(storage)[: rest[0]]
+
+
+def receive_shared(handles: list[bytes], wire: dict, load: Callable[[Weights, SyncPlan], None]) -> int:
+    """The learner's staged buckets (`handles`, in plan order) handed to `load(weights, plan)` as (name,
+    tensor) views into the shared buffers, then each tied alias with its source's tensor; the bytes."""
+    plan = plan_from_wire(wire)
+    if len(handles) != len(plan.buckets):
+        raise ValueError(f"weight hand-off: {len(handles)} buffers for a plan of {len(plan.buckets)} buckets")
+
+    def weights() -> Weights:
+        sources, kept = {src for _, src in plan.aliases}, {}
+        for bucket, handle in zip(plan.buckets, handles):
+            for name, t in unpack(bucket, opened(handle)):
+                if name in sources:
+                    kept[name] = t
+                yield name, t
+        for alias, src in plan.aliases:
+            yield alias, kept[src]
+
+    load(weights(), plan)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()  # the copies out of the sender's memory are done before it frees it
+    return plan.nbytes
+
+
+def handoff_pairs(learners: list[dict], engines: list[tuple[dict, int]]) -> dict[int, int]:
+    """Which engine takes its weights from which learner rank on its own device: {engine i: rank r}.
+    `learners`: each rank's `actors.devices.seen()`; `engines`: each engine's, with its sync ranks (its
+    workers). An engine of one worker whose one GPU is a GPU a learner rank was given, on the same node,
+    is handed the weights there (`receive_shared`); any other goes by the collective."""
+    rank_of = {(seen["node"], gpu): r for r, seen in enumerate(learners) for gpu in seen["gpus"]}
+    return {i: rank_of[(seen["node"], seen["gpus"][0])] for i, (seen, workers) in enumerate(engines)
+            if workers == 1 and len(seen["gpus"]) == 1 and (seen["node"], seen["gpus"][0]) in rank_of}

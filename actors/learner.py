@@ -356,16 +356,18 @@ class LearnerWorker:
         return {name: out[name] for name, _ in self._named_weights()}
 
     def open_sync(self, address: str | None, world_size: int, backend: str, timeout_s: float,
-                  bucket_bytes: int, dtype: str | None = None, abandonable: bool = True) -> dict | None:
+                  bucket_bytes: int, dtype: str | None = None, abandonable: bool = True,
+                  delta: bool = False) -> dict | None:
         """Join the weight-sync group as its rank 0 (learner rank 0 only; every rank keeps the bucket
         plan, which `send_weights` walks in step; `address` None: no group, the plan only). Returns the
         plan every receiver follows, in wire form (`parallax.weightsync.plan`). `dtype`: the engines' weight dtype,
         which the weights are sent in. `abandonable=False`: called in this process, not as a Ray task (a
-        benchmark: no Ray needed)."""
+        benchmark: no Ray needed). `delta`: each push after the first sends only what changed where that is
+        fewer bytes (`parallax.weightsync.group`)."""
         from parallax.weightsync.group import SyncGroup
         from parallax.weightsync.plan import plan_to_wire
 
-        self._sync_plan = self._plan(bucket_bytes, dtype)
+        self._sync_plan, self._sync_delta = self._plan(bucket_bytes, dtype), delta
         if self.rank != 0:
             return None
         self.close_sync()
@@ -430,7 +432,7 @@ class LearnerWorker:
         sent = 0
         try:
             if group is not None:
-                sent = group.send(plan, walked(), copy=self.cfg.zero_stage == 3)
+                sent = group.send(plan, walked(), copy=self.cfg.zero_stage == 3, delta=self._sync_delta)
             else:
                 for _ in walked():
                     pass
@@ -439,7 +441,8 @@ class LearnerWorker:
                 pass
         if self.rank != 0 and not stage:
             return None
-        return {"sync/bytes": float(sent), "sync/buckets": float(len(plan.buckets)),
+        return {"sync/bytes": float(sent), "sync/dense_bytes": float(plan.nbytes),
+                "sync/buckets": float(len(plan.buckets)),
                 "timing/sync_send": time.perf_counter() - t, "handles": handles}
 
     def release_staged(self) -> None:

@@ -282,8 +282,9 @@ class CollectiveSync:
         wire = dtypes.pop() if len(dtypes) == 1 else None
         world = 1 + sum(ranks[i] for i in grouped)
         self.address = address = self.store() if grouped else None  # no group when no engine needs one
+        delta = self.cfg.delta if self.cfg.delta is not None else self.backend == "gloo"
         refs = {"learner": learners.async_call("open_sync", address, world, self.backend, self.cfg.timeout_s,
-                                               self.cfg.bucket_mb << 20, wire)}
+                                               self.cfg.bucket_mb << 20, wire, delta=delta)}
         first = 1
         for i in grouped:
             refs[f"rollout_{i}"] = [rollouts.actors[i].open_sync.remote(address, first, world, self.backend,

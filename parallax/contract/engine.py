@@ -55,6 +55,11 @@ class WeightSyncConfig:
     bucket_mb: int = 64
     # A broadcast or group start that takes longer fails the run, naming what it waited for.
     timeout_s: float = 300.0
+    # Send each bucket's change since the last push (the engines' dtype elements that changed, as indices and
+    # values) where that is fewer bytes, every engine still bit-equal to the learner's cast
+    # (parallax/weightsync/group.py). null: on over gloo (CPU, where the wire is the cost), off over NCCL (whose
+    # receivers would keep a second copy of the weights in GPU memory for it).
+    delta: bool | None = None
 
     def __post_init__(self) -> None:
         _check(self.method in ("collective", "object_store"), "rollout.weight_sync.method",

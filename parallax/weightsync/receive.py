@@ -30,10 +30,11 @@ Weights = Iterator[tuple[str, torch.Tensor]]  # (name, tensor), in the checkpoin
 
 def receive(group: SyncGroup, wire: dict, load: Callable[[Weights, SyncPlan], None]) -> int:
     """Receive one broadcast of the learner's weights (`wire`: the plan, as `plan_to_wire` gave it) and
-    hand it to `load(weights, plan)`; the bytes received (every bucket of the plan arrived, or it raised)."""
+    hand it to `load(weights, plan)`; the bytes received (every bucket of the plan arrived, whole or as
+    its change since the last push, or it raised)."""
     plan = plan_from_wire(wire)
     load(group.receive(plan), plan)
-    return plan.nbytes
+    return group.received
 
 
 def copy_into(params: dict[str, torch.Tensor], weights: Weights, plan: SyncPlan) -> None:

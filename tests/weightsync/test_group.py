@@ -43,6 +43,81 @@ def test_gloo_broadcast_reaches_every_receiver(store, tmp_path, state):
         assert all(torch.equal(got[rank][k], state[k]) for k in got[rank])
 
 
+def test_delta_pushes_leave_every_receiver_bit_equal_to_the_senders_cast(tmp_path):
+    """An fp32 learner sent as bf16 over five pushes, each after an update that moves a few weights: from
+    the second push on, the wire carries only the bf16 elements that changed (indices and values), and
+    every receiver still holds exactly the learner's bf16 cast, the tied alias and the int64 buffer too.
+    A bucket where most elements changed goes whole."""
+    from parallax.weightsync.group import grain
+
+    g = torch.Generator().manual_seed(1)
+    emb = torch.randn(300, 16, generator=g)
+    state = {"embed.weight": emb, "norm.weight": torch.randn(16, generator=g),
+             "steps": torch.tensor([3, -7], dtype=torch.int64), "big.weight": torch.randn(400, 16, generator=g),
+             "lm_head.weight": emb}
+    plan = plan_named(state.items(), bucket_bytes=4096, dtype="bfloat16")
+    assert len(plan.buckets) == 3 and [grain(b) for b in plan.buckets] == [2, 2, 2]
+    address = f"file://{tmp_path / 'store'}"
+    pushes, got = 5, {1: [], 2: []}
+    ready = threading.Barrier(3)
+
+    def receiver(rank: int) -> None:
+        group = SyncGroup(address, rank, 3, "gloo", 30)
+        for _ in range(pushes):
+            got[rank].append(({k: v.clone() for k, v in group.receive(plan)}, group.received))
+            ready.wait(30)
+
+    threads = [threading.Thread(target=receiver, args=(r,)) for r in (1, 2)]
+    for t in threads:
+        t.start()
+    sender, sent, casts = SyncGroup(address, 0, 3, "gloo", 30), [], []
+    for push in range(pushes):
+        if push == 3:  # an update that moves nearly everything: those buckets go whole
+            state["big.weight"].add_(0.5)
+        elif push:  # an RL-sized update: a few weights move enough to change their bf16 cast
+            for w in (state["embed.weight"], state["big.weight"]):
+                flat = w.view(-1)
+                flat[torch.randint(0, flat.numel(), (7,), generator=g)] += 0.25
+        casts.append({k: v.to(torch.bfloat16) if v.is_floating_point() else v.clone() for k, v in state.items()})
+        sent.append(sender.send(plan, state, delta=True))
+        ready.wait(30)
+    for t in threads:
+        t.join(30)
+    assert sent[0] == plan.nbytes  # the first push is whole
+    assert all(0 < s < plan.nbytes / 10 for s in (sent[1], sent[2], sent[4])), sent
+    assert sent[4] < sent[3] < plan.nbytes, sent
+    for rank in (1, 2):
+        assert [n for _, n in got[rank]] == sent  # what came is what went
+        for push, (weights, _) in enumerate(got[rank]):
+            assert set(weights) == set(state)
+            for k, want in casts[push].items():
+                assert weights[k].dtype == want.dtype and torch.equal(weights[k], want), (rank, push, k)
+
+
+def test_a_change_for_a_rank_without_the_first_push_is_refused(tmp_path):
+    state = {"w": torch.randn(64, 4)}
+    plan = plan_named(state.items(), bucket_bytes=1 << 20)
+    address = f"file://{tmp_path / 'store'}"
+    errors = []
+
+    def receiver() -> None:
+        group = SyncGroup(address, 1, 2, "gloo", 30)
+        dict(group.receive(plan))
+        group._kept = None  # as a rank that joined after the first push would be
+        try:
+            dict(group.receive(plan))
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    t = threading.Thread(target=receiver)
+    t.start()
+    sender = SyncGroup(address, 0, 2, "gloo", 30)
+    sender.send(plan, state, delta=True)  # the first push, whole
+    sender._header(torch.tensor([1, 1], dtype=torch.int64))  # then a change of one element is announced
+    t.join(30)
+    assert errors and "holds no earlier push" in errors[0]
+
+
 def test_a_rank_that_never_joins_fails_within_the_timeout():
     start = time.monotonic()
     with pytest.raises(Exception, match="(?i)timed? ?out|timeout"):

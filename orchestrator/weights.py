@@ -33,6 +33,7 @@ import ray
 from actors.faults import ActorLost, is_loss, summary, wait_alive
 from actors.group import LearnerGroup, RolloutGroup
 from parallax.contract.engine import WeightSyncConfig
+from parallax.weightsync.group import loopback_only
 from parallax.weightsync.handoff import handoff_pairs
 
 
@@ -282,7 +283,10 @@ class CollectiveSync:
         wire = dtypes.pop() if len(dtypes) == 1 else None
         world = 1 + sum(ranks[i] for i in grouped)
         self.address = address = self.store() if grouped else None  # no group when no engine needs one
-        delta = self.cfg.delta if self.cfg.delta is not None else self.backend == "gloo"
+        # what changed, where the wire is the cost: gloo between nodes (on one node a push is a memory copy, which
+        # the change's own pass over the weights does not beat on 2 cores: bench/README.md, "Weight sync")
+        delta = self.cfg.delta if self.cfg.delta is not None else (
+            self.backend == "gloo" and address is not None and not loopback_only(address))
         refs = {"learner": learners.async_call("open_sync", address, world, self.backend, self.cfg.timeout_s,
                                                self.cfg.bucket_mb << 20, wire, delta=delta)}
         first = 1

@@ -57,8 +57,9 @@ class WeightSyncConfig:
     timeout_s: float = 300.0
     # Send each bucket's change since the last push (the engines' dtype elements that changed, as indices and
     # values) where that is fewer bytes, every engine still bit-equal to the learner's cast
-    # (parallax/weightsync/group.py). null: on over gloo (CPU, where the wire is the cost), off over NCCL (whose
-    # receivers would keep a second copy of the weights in GPU memory for it).
+    # (parallax/weightsync/group.py). null: on for a gloo group between nodes, where the wire is the cost; off
+    # on one node (a push is a memory copy there, faster than the change's pass over the weights on 2 cores)
+    # and over NCCL (whose receivers would keep a second copy of the weights in GPU memory for it).
     delta: bool | None = None
 
     def __post_init__(self) -> None:

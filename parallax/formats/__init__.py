@@ -43,7 +43,7 @@ Speed:     the optional C extension ``parallax.formats._speedups`` (built by ``p
 
 Example::
 
-    >>> from formats import parse, compute_metrics, final_segment
+    >>> from parallax.formats import parse, compute_metrics, final_segment
     >>> r = parse("Go. <Parallel><Outlines><Subtask>a</Subtask><Trial>b</Trial></Outlines>"
     ...           "<Thread>x y</Thread><Thread>z</Thread></Parallel> #### 1", "parason")
     >>> r.ok, final_segment(r.tree)

@@ -6,7 +6,7 @@ both formats as one token, digits split one per token (arithmetic stays learnabl
 saved in Hugging Face format so every backend (transformers, vLLM, xgrammar) loads it the
 same way as a real checkpoint.
 
-    >>> from tinylm import TinyModelConfig, build_tiny_model
+    >>> from parallax.tinylm import TinyModelConfig, build_tiny_model
     >>> path = build_tiny_model("/tmp/tiny", TinyModelConfig(), ["Q: 1+2\\nA: 3 #### 3"])  # doctest: +SKIP
 """
 

@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     sample = sub.add_parser("sample", help="print generated problems as JSONL")
     stats = sub.add_parser("stats", help="the teacher's critical path against its serial length, per stratum")
     for p, n in ((sample, 5), (stats, 400)):
-        p.add_argument("--family", default="mixed", choices=FAMILY_CHOICES)
+        p.add_argument("--family", default="mixed",
+                       help=f"{', '.join(FAMILY_CHOICES)}, or families joined by '+' (subtask+mul)")
         p.add_argument("-n", type=int, default=n)
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--difficulty", type=_difficulty, default=1,

@@ -30,9 +30,20 @@ _CYCLES = {"mixed": FAMILIES, "all": FAMILIES + LONG_FAMILIES}
 _MAX_CONSECUTIVE_MISSES = 2000
 
 
+def _cycle(family: str) -> tuple[str, ...]:
+    """The families a stream alternates: ``mixed``, ``all``, one family, or several joined by ``+``
+    (``subtask+mul``: short sums beside long products)."""
+    if family in _CYCLES:
+        return _CYCLES[family]
+    parts = tuple(family.split("+"))
+    if not all(p in FAMILIES + LONG_FAMILIES for p in parts) or len(set(parts)) != len(parts):
+        raise ValueError(f"unknown family {family!r}; valid families: {', '.join(FAMILY_CHOICES)}, or several "
+                         f"of {', '.join(FAMILIES + LONG_FAMILIES)} joined by '+' (subtask+mul)")
+    return parts
+
+
 def _check_family(family: str) -> str:
-    if family not in FAMILY_CHOICES:
-        raise ValueError(f"unknown family {family!r}; valid families: {', '.join(FAMILY_CHOICES)}")
+    _cycle(family)
     return family
 
 
@@ -118,7 +129,7 @@ def _stream(
     _check_error(teacher_no_answer, "teacher_no_answer")
     _check_error(teacher_serial, "teacher_serial")
     _check_shapes(teacher_verify, teacher_midfork)
-    cycle = _CYCLES.get(family, (family,))
+    cycle = _cycle(family)
     levels = _difficulties(difficulty, cycle)
     slips = random.Random(f"{tag}/teacher_error")
     drops = random.Random(f"{tag}/teacher_no_answer")
@@ -195,7 +206,7 @@ def generate(family: str, n: int, seed: int, difficulty: Difficulty = 1) -> list
 def iter_problems(family: str, n: int, seed: int, difficulty: Difficulty = 1) -> Iterator[Problem]:
     """The problems of :func:`generate`, one at a time (constant memory: `toyworld sample` streams them)."""
     _check_count("n", n)
-    stream = _stream(family, random.Random(f"parallax/toyworld/{family}/{seed}"), difficulty, f"{family}-s{seed}")
+    stream = _stream(family, random.Random(f"toyworld/{family}/{seed}"), difficulty, f"{family}-s{seed}")
     return (next(stream)[0] for _ in range(n))
 
 
@@ -258,11 +269,11 @@ def make_splits(
     seen: set[tuple] = set()
     # Test first: it is the smaller, fixed yardstick; train then skips every test prompt.
     test_stream = _stream(
-        family, random.Random(f"parallax/toyworld/test/{family}/{seed}"), difficulty, f"test-s{seed}", r1_spec=r1_spec
+        family, random.Random(f"toyworld/test/{family}/{seed}"), difficulty, f"test-s{seed}", r1_spec=r1_spec
     )
     test = _take(test_stream, n_test, seen, "test", distinct=True)
     train_stream = _stream(
-        family, random.Random(f"parallax/toyworld/train/{family}/{seed}"), difficulty, f"train-s{seed}", teacher_error,
+        family, random.Random(f"toyworld/train/{family}/{seed}"), difficulty, f"train-s{seed}", teacher_error,
         teacher_no_answer, teacher_serial, r1_spec, teacher_verify, teacher_midfork,
     )
     train = _take(train_stream, n_train, seen, "train", distinct=False)
@@ -279,7 +290,7 @@ def corpus(n: int, seed: int) -> list[str]:
     """
     _check_count("n", n)
     levels = tuple(range(1, MAX_DIFFICULTY + 1))
-    stream = _stream("mixed", random.Random(f"parallax/toyworld/corpus/{seed}"), levels, f"corpus-s{seed}")
+    stream = _stream("mixed", random.Random(f"toyworld/corpus/{seed}"), levels, f"corpus-s{seed}")
     texts: list[str] = []
     for _ in range(n):
         p, _ = next(stream)

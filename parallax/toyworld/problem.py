@@ -17,7 +17,8 @@ FAMILIES: tuple[str, ...] = ("subtask", "trial")
 #: Families whose branches are long enough that a fork can pay (``parallax.toyworld.tasks``); ``"all"``
 #: alternates ``FAMILIES + LONG_FAMILIES``.
 LONG_FAMILIES: tuple[str, ...] = ("mul", "search")
-#: What ``family`` may name: one family, ``"mixed"`` (the short two) or ``"all"`` (all four).
+#: What ``family`` may name: one family, ``"mixed"`` (the short two) or ``"all"`` (all four); streams also
+#: take several families joined by ``+`` (``"subtask+mul"``), alternated in that order.
 FAMILY_CHOICES: tuple[str, ...] = FAMILIES + LONG_FAMILIES + ("mixed", "all")
 #: Keys of :attr:`Problem.traces`.
 TRACE_KINDS: tuple[str, ...] = ("serial", "parallel_r1", "parason")

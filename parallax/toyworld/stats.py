@@ -42,7 +42,7 @@ def teacher_stats(problems: Iterable[Problem], tokenizer=None) -> dict[str, dict
     serial trace's tokens), ``parallel_r1`` / ``parason`` (each parallel trace's critical path),
     ``parason_total`` and ``speedup`` = serial / Parason critical path (above 1: a fork pays).
 
-    >>> from toyworld import generate
+    >>> from parallax.toyworld import generate
     >>> s = teacher_stats(generate("subtask", 20, seed=0, difficulty=1))  # words: each step is one
     >>> s["subtask/d1"]["n"], s["subtask/d1"]["serial"], s["all"]["parallel_r1"] > s["all"]["serial"]
     (20, 5, True)

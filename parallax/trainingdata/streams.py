@@ -49,7 +49,7 @@ def held_for_rl(problems: list, share: float, rl: bool) -> list:
     problems is kept for RL (`data.rl_holdout`): a problem is RL's when a stable hash of its identity
     (`parallax.toyworld.Problem.key`: reorderings are one problem) falls below ``share``, the same in every process.
 
-    >>> import toyworld
+    >>> from parallax import toyworld
     >>> train = parallax.toyworld.make_splits(200, 0, seed=0)[0]
     >>> rl, sft = held_for_rl(train, 0.3, True), held_for_rl(train, 0.3, False)
     >>> len(rl) + len(sft) == 200, not {p.key for p in rl} & {p.key for p in sft}

@@ -305,10 +305,13 @@ def test_bench_sync():  # no TMPDIR: Ray's socket paths live there (length limit
     run = bench("bench_sync.py", "--model", "tiny", "--repeat", "1", "--bucket-mb", "1", timeout=480)
     r = check(run, "sync", ("model", "engine", "rows", "object_store_over_collective"))
     rows = {x["method"]: x for x in r["rows"]}
-    assert set(rows) == {"object_store", "collective"}, run.why()
+    assert set(rows) == {"object_store", "collective", "collective_delta"}, run.why()
     assert all(x["equal"] is True for x in rows.values()), run.why("the engine's weights differ from the learner's")
     # the tied lm_head goes once over the group; the object store carries both names
     assert 0 < rows["collective"]["bytes"] < rows["object_store"]["bytes"], run.why()
+    assert rows["collective"]["bytes"] == rows["collective"]["dense_bytes"], run.why()
+    # after an update, the delta carries the bf16 elements that changed: some, and fewer than all
+    assert 0 < rows["collective_delta"]["bytes"] < rows["collective"]["bytes"], run.why("the delta sent everything")
     assert rows["collective"]["buckets"] > 1, run.why("1 MiB buckets: the tiny model takes several")
     assert r["object_store_over_collective"] > 0, run.why()
 

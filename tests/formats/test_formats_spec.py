@@ -80,7 +80,7 @@ def test_unused_fields_do_not_clash():
 
 def test_import_is_light():
     code = (
-        "import sys, formats; heavy = [m for m in ('torch', 'ray', 'vllm', 'xgrammar', 'transformers') "
+        "import sys, parallax.formats; heavy = [m for m in ('torch', 'ray', 'vllm', 'xgrammar', 'transformers') "
         "if m in sys.modules]; print(heavy); sys.exit(1 if heavy else 0)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

@@ -123,6 +123,17 @@ def test_unknown_family_names_the_choices():
         toyworld.generate("long", 1, seed=0)
 
 
+def test_families_joined_by_plus_alternate_in_their_order():
+    """`subtask+mul`: short sums beside long products, each family's problems as its own stream draws them
+    at that difficulty (the same prompts as `all` gives those two families is not promised, only the cycle)."""
+    ps = toyworld.generate("subtask+mul", 6, seed=0, difficulty={"subtask": 1, "mul": 2})
+    assert [p.family for p in ps] == ["subtask", "mul"] * 3
+    assert all(MUL_PROMPT.match(p.prompt) and p.prompt.count("*") == 3 for p in ps[1::2])
+    for bad in ("subtask+subtask", "subtask+long", "mixed+mul"):
+        with pytest.raises(ValueError, match="joined by '\\+'"):
+            toyworld.generate(bad, 1, seed=0)
+
+
 def test_a_difficulty_per_family_draws_each_familys_levels_and_names_what_is_missing():
     per_family = toyworld.as_difficulty("subtask:1,trial:6/7")
     assert per_family == {"subtask": 1, "trial": (6, 7)}

@@ -116,7 +116,8 @@ def main() -> None:
     print(f"object store / collective: {ratio:.2f}x; collective / collective_delta: {delta_ratio:.2f}x, "
           f"{rows[2]['bytes'] / rows[1]['bytes']:.3f} of the bytes")
     print(json.dumps({"bench": "sync", "model": args.model, "engine": args.engine, "repeat": args.repeat,
-                      "bucket_mb": args.bucket_mb, "lr": args.lr, "dtype": args.dtype, "load": os.getloadavg()[0], "rows": rows,
+                      "bucket_mb": args.bucket_mb, "lr": args.lr, "dtype": args.dtype, "load": os.getloadavg()[0],
+                      "rows": rows,
                       "object_store_over_collective": ratio, "collective_over_delta": delta_ratio}))
 
 

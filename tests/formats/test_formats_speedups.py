@@ -175,7 +175,7 @@ def test_env_var_selects_the_pure_path(value, pure):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PARALLAX_FORMATS_PURE=value, PYTHONPATH=root)
     out = subprocess.run(
-        [sys.executable, "-c", "from formats import units; print(not units.speedups_enabled())"],
+        [sys.executable, "-c", "from parallax.formats import units; print(not units.speedups_enabled())"],
         env=env, cwd=root, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert out.stdout.strip() == str(pure)

@@ -72,7 +72,7 @@ def test_a_cache_hit_never_loads_transformers_model_code(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from tinylm import TinyModelConfig, build_tiny_model; "
+    code = ("import sys; from parallax.tinylm import TinyModelConfig, build_tiny_model; "
             "build_tiny_model(sys.argv[1], TinyModelConfig(num_layers=1), ['Q: 1+2 #### 3'], cache=sys.argv[2]); "
             "print(sorted(m for m in sys.modules if m.startswith('transformers.models.qwen3')))")
     outs = [subprocess.run([sys.executable, "-c", code, str(tmp_path / f"run{i}"), str(tmp_path / "cache")],

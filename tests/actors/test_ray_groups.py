@@ -177,7 +177,7 @@ def test_two_zero3_learners_match_one_learner(ray_cluster, tiny_model_path, tmp_
     def _break_sync(worker):
         """Rank 0's sync group fails after its first bucket, as when an engine dies mid-send."""
         class Lost:
-            def send(self, plan, pieces, copy=False):
+            def send(self, plan, pieces, copy=False, delta=False):
                 next(iter(pieces))
                 raise ConnectionError("receiver lost")
 

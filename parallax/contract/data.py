@@ -38,7 +38,8 @@ class DataConfig:
     source: str = "toyworld"
     family: str = "mixed"
     # An int (1..7: 1 + d branches), or a list: each problem's difficulty drawn from it; or either per
-    # family of the cycle ({subtask: 1, trial: 7}: short sums beside long searches).
+    # family of the cycle ({subtask: 1, trial: 7}: short sums beside long searches). On the command line
+    # also as text, which replaces an experiment's mapping: data.difficulty='subtask:1,mul:2/3'.
     difficulty: Any = 1
     n_train: int = 2000
     n_test: int = 128
@@ -74,6 +75,13 @@ class DataConfig:
     def __post_init__(self) -> None:
         _check(self.n_train > 0, "data.n_train", "must be positive")
         _check(self.n_test > 0, "data.n_test", "must be positive")
+        if isinstance(self.difficulty, str):  # the command line's text form: "2", "1,2,3", "subtask:1,mul:2/3"
+            from parallax.toyworld import as_difficulty
+
+            try:
+                self.difficulty = as_difficulty(self.difficulty)
+            except ValueError as e:
+                _check(False, "data.difficulty", str(e))
         per_family = self.difficulty if isinstance(self.difficulty, Mapping) else {"": self.difficulty}
         _check(bool(per_family) and all(_levels_ok(v) for v in per_family.values()), "data.difficulty",
                f"must be an int in 1..7, a non-empty list of them, or one of those per family "

@@ -2,7 +2,7 @@
 
 One worker per data-parallel rank. On CPU the process group is gloo; on GPU, NCCL. Each
 rank takes an interleaved shard of the batch; losses are normalised by global token counts
-(see parallax/contract/algo.py), so the update does not depend on the world size or on the
+(see actors/algo.py), so the update does not depend on the world size or on the
 micro-batch split. Gradient accumulation is driven explicitly: every micro-batch calls
 `backward`, the last one marks the accumulation boundary and `step()` applies the update.
 SFT micro-batches may be packed (`learner.sft_packing`): several examples per row, each attending
@@ -20,11 +20,10 @@ from typing import Any
 
 import torch
 
-from actors import lora
+from actors import algo, lora
 from actors.devices import native_bf16
 from actors.files import download_tree, tree_pieces, upload_tree, write_tree
 from actors.scoring import score_logprobs, sft_loss, sft_micro_batches
-from parallax.contract import algo
 from parallax.contract.batch import SFTBatch, TrainBatch
 from parallax.contract.learner import LearnerConfig
 

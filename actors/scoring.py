@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from parallax.contract import algo
 from parallax.contract.batch import SFTBatch
 from parallax.contract.learner import LearnerConfig
+from parallax.layouts import logprobs as chunked
 
 
 def score_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float,
@@ -33,11 +33,11 @@ def score_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     keep = L - first + 1  # logits of columns first-1 .. L-1 predict tokens first .. L-1
     logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
                    logits_to_keep=keep).logits  # [b, keep, V]
-    logp = algo.token_logprobs(logits, input_ids[:, L - keep:].to(device), temperature)  # [b, keep]
+    logp = chunked.token_logprobs(logits, input_ids[:, L - keep:].to(device), temperature)  # [b, keep]
     logp = torch.nn.functional.pad(logp, (L - keep, 0))  # [b, L]
     if not entropy:
         return logp
-    ent = algo.logits_entropy(logits[:, :-1], temperature)  # [b, keep - 1]: predicting tokens first .. L-1
+    ent = chunked.logits_entropy(logits[:, :-1], temperature)  # [b, keep - 1]: predicting tokens first .. L-1
     return logp, torch.nn.functional.pad(ent, (L - keep + 1, 0))  # [b, L]
 
 

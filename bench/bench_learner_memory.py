@@ -1,5 +1,5 @@
 """Peak memory of the learner's log-probability and entropy path, per vocabulary: the dense path (an fp32
-log-softmax of the whole [B, L, V] logits, what the learner did before) against parallax/contract/algo.py's
+log-softmax of the whole [B, L, V] logits, what the learner did before) against actors/algo.py's
 chunked one (one [B, LOGIT_CHUNK, V] fp32 chunk alive at a time, checkpointed under autograd).
 
 Each path runs in a fresh process on bf16 logits (the learner's dtype on GPU), forward and backward of
@@ -44,9 +44,9 @@ def _dense(logits, ids, temperature):
 
 
 def _chunked(logits, ids, temperature):
-    from parallax.contract import algo
+    from parallax.layouts import logprobs as chunked
 
-    return algo.token_logprobs(logits, ids, temperature)[:, 1:], algo.logits_entropy(logits, temperature)
+    return chunked.token_logprobs(logits, ids, temperature)[:, 1:], chunked.logits_entropy(logits, temperature)
 
 
 PATHS = {"dense": _dense, "chunked": _chunked}

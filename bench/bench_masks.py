@@ -113,7 +113,7 @@ def tiny_model(max_pos: int):
 
 def _stepper(layout: str, L: int):
     """(model, step function) for one layout; the structured step builds its mask inside."""
-    from parallax.contract.algo import token_logprobs
+    from parallax.layouts.logprobs import token_logprobs
 
     model = tiny_model(2 * L)
     ids = torch.randint(2, 400, (1, L), generator=torch.Generator().manual_seed(0))
@@ -216,11 +216,11 @@ def run_consistency(args) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from parallax import toyworld
-    from parallax.contract.algo import token_logprobs
     from parallax.contract.batch import SamplingParams, Trajectory
     from parallax.contract.config import ExecutorConfig
     from parallax.executors.kv import KVExecutor
     from parallax.layouts import build_train_batch
+    from parallax.layouts.logprobs import token_logprobs
     from parallax.layouts.teacher import teacher_role_scripts
     from parallax.tinylm import TinyModelConfig, build_tiny_model
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from actors import algo
 from curricula import Curriculum, Stage
-from parallax.contract import algo
 from parallax.contract.batch import Prompt
 from parallax.contract.config import LearnerConfig, ParallaxConfig
 from parallax.layouts import Layout, get_layout

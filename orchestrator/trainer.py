@@ -16,6 +16,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from actors import algo
 from actors.faults import ActorLost, get_all
 from curricula import Stage
 from orchestrator import dynamic, generation
@@ -43,7 +44,6 @@ from orchestrator.stops import (
 )
 from orchestrator.structure import sample_stats
 from orchestrator.weights import EngineWeights
-from parallax.contract import algo
 from parallax.contract.batch import StepSamples
 from parallax.contract.config import ParallaxConfig
 from parallax.contract.seeds import DYNAMIC_ROUND, step_seed, substream

@@ -29,7 +29,7 @@ Scoring must also know *which logits predict which token*: the first token of a 
 predicted by the last token of the context its request saw (the shared prefix), not by the
 row's previous column (the end of the sibling branch). :func:`predictor_index` gives that
 index and :func:`structured_token_logprobs` gathers with it; for sequential rows both reduce
-to ``parallax.contract.algo.token_logprobs``.
+to ``parallax.layouts.logprobs.token_logprobs``.
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def structured_token_logprobs(
 
     Shapes: logits [B, L, V], input_ids [B, L], predictor [B, L] -> [B, L] fp32.
     """
-    from parallax.contract.algo import picked_logprobs
+    from parallax.layouts.logprobs import picked_logprobs
 
     picked = picked_logprobs(logits, predictor.clamp(min=0), input_ids, temperature)  # [B, L], chunked
     return torch.where(predictor >= 0, picked, torch.zeros_like(picked))
@@ -380,7 +380,7 @@ def structured_logprobs(
     logp = structured_token_logprobs(logits, input_ids, src, temperature)
     if not entropy:
         return logp
-    from parallax.contract.algo import logits_entropy
+    from parallax.layouts.logprobs import logits_entropy
 
     ent = logits_entropy(logits, temperature)  # [B, L - start]
     picked = ent.gather(1, src.clamp(min=0))  # [B, L]

@@ -11,8 +11,8 @@ def grpo_batch():
     three toy prompts, advantages +0.707 / -0.707 in each group (rewards 1, 0)."""
 
     def make(model_path: str, max_new_tokens: int):
+        from actors import algo
         from parallax import toyworld
-        from parallax.contract import algo
         from parallax.contract.batch import SamplingParams, Trajectory
         from parallax.engines.hf import HFEngine
         from parallax.layouts.causal import train_batch

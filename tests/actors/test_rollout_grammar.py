@@ -64,8 +64,8 @@ def test_hf_generate_applies_the_grammar_and_reports_unmasked_logprobs(tiny_mode
     own (unmasked) log p(t) at temperature T, which is what the learner recomputes."""
     import torch
 
-    from parallax.contract import algo
     from parallax.formats import parse
+    from parallax.layouts import logprobs as chunked
 
     torch.set_num_threads(1)
     cfg = RolloutConfig(max_new_tokens=120, torch_threads=1, temperature=0.8, executor=ExecutorConfig(grammar=True))
@@ -80,7 +80,7 @@ def test_hf_generate_applies_the_grammar_and_reports_unmasked_logprobs(tiny_mode
     t = trajs[0]
     ids = torch.tensor([t.prompt_ids + t.response_ids])
     with torch.no_grad():
-        ref = algo.token_logprobs(worker.engine.model(input_ids=ids).logits, ids, 0.8)[0, len(t.prompt_ids):]
+        ref = chunked.token_logprobs(worker.engine.model(input_ids=ids).logits, ids, 0.8)[0, len(t.prompt_ids):]
     assert torch.allclose(torch.tensor(t.logprobs), ref, atol=1e-4)
     with pytest.raises(ValueError, match="one entry per prompt"):
         worker.engine.generate([_prompt(tok).token_ids] * 2, worker_params(cfg), grammar=[ebnf(fmt)])

@@ -167,11 +167,11 @@ def test_vllm_executed_mode_rows_reproduce_its_logprobs(engine, tiny_model_path,
     scored by a transformers forward, give every sampled token the logprob vLLM reported."""
     from transformers import AutoModelForCausalLM
 
-    from parallax.contract import algo
     from parallax.contract.batch import SamplingParams, Trajectory
     from parallax.contract.config import ExecutorConfig
     from parallax.executors.requests import RequestExecutor
     from parallax.layouts import build_train_batch
+    from parallax.layouts import logprobs as chunked
 
     tok = engine.tokenizer
     rx = RequestExecutor(engine, tok, ExecutorConfig(mode="executed", max_branch_tokens=32, driver=driver), fmt)
@@ -183,7 +183,7 @@ def test_vllm_executed_mode_rows_reproduce_its_logprobs(engine, tiny_model_path,
     batch = build_train_batch("threadweaver", trajs, [1.0] * len(trajs), tok.pad_token_id)
     hf = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
     with torch.no_grad():
-        got = algo.token_logprobs(hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits,
+        got = chunked.token_logprobs(hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits,
                                   batch.input_ids, 1.0)
     mask = batch.response_mask.bool()
     assert int(mask.sum()) == sum(sum(t.record.sampled) for t in trajs)

@@ -15,7 +15,6 @@ from test_executor import LONG, nested_tree
 
 from actors.rollout import RolloutWorker
 from parallax import toyworld
-from parallax.contract import algo
 from parallax.contract.batch import Completion, Prompt, SamplingParams, Trajectory
 from parallax.contract.config import ExecutorConfig, RolloutConfig
 from parallax.engines import ENGINES
@@ -24,6 +23,7 @@ from parallax.executors.kv import KVExecutor
 from parallax.executors.requests import MAX_REDRAWS, RequestExecutor
 from parallax.formats import parse, render
 from parallax.layouts import build_train_batch
+from parallax.layouts import logprobs as chunked
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +149,7 @@ def test_a_later_branch_is_scored_in_its_own_context_not_the_joins(engine):
     second = max(r for r in rec.segment_request if r >= 0)  # the last path's request
     cols = [i for i, s in enumerate(rec.segment_ids) if rec.segment_request[s] == second and rec.sampled[i]]
     with torch.no_grad():
-        flat = algo.token_logprobs(engine.model(input_ids=torch.tensor([ids])).logits, torch.tensor([ids]), 1.0)[0]
+        flat = chunked.token_logprobs(engine.model(input_ids=torch.tensor([ids])).logits, torch.tensor([ids]), 1.0)[0]
     engine_lp = torch.tensor([([0.0] * len(t.prompt_ids) + t.logprobs)[c] for c in cols])
     assert (flat[cols] - engine_lp).abs().max() > 1e-3
 

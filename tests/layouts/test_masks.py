@@ -85,7 +85,7 @@ def test_branch_first_token_is_predicted_by_the_prefix() -> None:
 
 
 def test_structured_token_logprobs_equals_shift_by_one_on_sequential_rows() -> None:
-    from parallax.contract.algo import token_logprobs
+    from parallax.layouts.logprobs import token_logprobs
 
     g = torch.Generator().manual_seed(0)
     logits, ids = torch.randn(2, 6, 11, generator=g), torch.randint(0, 11, (2, 6), generator=g)

@@ -225,7 +225,7 @@ def test_branch_equals_prefix_plus_branch_run_as_one_causal_sequence(model) -> N
         logits = model(
             input_ids=torch.tensor([flat]), attention_mask=torch.ones(1, len(flat), dtype=torch.long)
         ).logits
-    from parallax.contract.algo import token_logprobs
+    from parallax.layouts.logprobs import token_logprobs
 
     want = token_logprobs(logits, torch.tensor([flat]))[0, 6:]
     assert (got[cols] - want).abs().max() < 1e-4

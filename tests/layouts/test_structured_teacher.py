@@ -105,7 +105,7 @@ def test_threadweaver_rows_cover_every_sampled_token_once(lm, problems) -> None:
     assert tw.response_mask.sum() == st.response_mask.sum()
     assert torch.isclose((tw.advantages * tw.response_mask).sum(), (st.advantages * st.response_mask).sum())
     # Branch and main rows are exact under plain causal scoring (join rows are the documented approximation).
-    from parallax.contract.algo import token_logprobs
+    from parallax.layouts.logprobs import token_logprobs
 
     with torch.no_grad():
         logp = token_logprobs(

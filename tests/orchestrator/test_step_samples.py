@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from actors import algo
 from orchestrator import dynamic
 from orchestrator.samples import sample_rows
-from parallax.contract import algo
 from parallax.contract.batch import Prompt, ScoredGroup, StepSamples, Trajectory
 
 

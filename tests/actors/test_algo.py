@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from parallax.contract import algo
+from actors import algo
+from parallax.layouts import logprobs as lp
 
 
 def test_grpo_advantages_by_hand():
@@ -56,11 +57,11 @@ def test_token_logprobs_alignment():
     logits = torch.zeros(1, 4, 3)
     for t in range(4):
         logits[0, t, (t + 1) % 3] = math.log(4.0)  # p = 4/6 for the favoured token, 1/6 others
-    out = algo.token_logprobs(logits, ids)
+    out = lp.token_logprobs(logits, ids)
     assert out[0, 0] == 0.0  # no prefix
     assert out[0, 1:].tolist() == pytest.approx([math.log(4 / 6)] * 3, abs=1e-6)
     # temperature 2 halves the logit gap: p = 2/4
-    out_t = algo.token_logprobs(logits, ids, temperature=2.0)
+    out_t = lp.token_logprobs(logits, ids, temperature=2.0)
     assert out_t[0, 1].item() == pytest.approx(math.log(2 / 4), abs=1e-6)
 
 
@@ -83,7 +84,7 @@ def test_rollout_is_weights_truncate_and_mask_by_hand():
 
     import torch
 
-    from parallax.contract.algo import rollout_is_weights
+    from actors.algo import rollout_is_weights
 
     learner = torch.tensor([[0.0, -1.0, -1.0, -2.0]])
     engine = torch.tensor([[0.0, -2.0, -1.0, -1.0]])
@@ -120,23 +121,23 @@ def _dense_token_logprobs(logits, ids, t):  # the path before chunking: an fp32 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_chunked_logprobs_equal_the_dense_log_softmax_values_and_gradients(dtype, monkeypatch):
-    monkeypatch.setattr(algo, "LOGIT_CHUNK", 7)  # many chunks, a ragged last one
+    monkeypatch.setattr(lp, "LOGIT_CHUNK", 7)  # many chunks, a ragged last one
     torch.manual_seed(0)
     logits = (torch.randn(2, 30, 53) * 3).to(dtype).requires_grad_()
     ids = torch.randint(0, 53, (2, 30))
-    dense, chunked = _dense_token_logprobs(logits, ids, 0.7), algo.token_logprobs(logits, ids, 0.7)
+    dense, chunked = _dense_token_logprobs(logits, ids, 0.7), lp.token_logprobs(logits, ids, 0.7)
     assert chunked.dtype == torch.float32 and (dense - chunked).abs().max() < 1e-5
     g_dense, = torch.autograd.grad(dense.sum(), logits)
     g_chunked, = torch.autograd.grad(chunked.sum(), logits)
     assert (g_dense.float() - g_chunked.float()).abs().max() < (1e-5 if dtype == torch.float32 else 1e-2)  # bf16 grads
     ref = (logits.detach().float() / 0.7).log_softmax(-1)
-    assert (-(ref.exp() * ref).sum(-1) - algo.logits_entropy(logits, 0.7)).abs().max() < 1e-5
+    assert (-(ref.exp() * ref).sum(-1) - lp.logits_entropy(logits, 0.7)).abs().max() < 1e-5
 
 
 def test_structured_logprobs_read_the_chunked_rows_they_point_at(monkeypatch):
     from parallax.layouts.masks import structured_token_logprobs
 
-    monkeypatch.setattr(algo, "LOGIT_CHUNK", 4)
+    monkeypatch.setattr(lp, "LOGIT_CHUNK", 4)
     torch.manual_seed(1)
     logits, ids = torch.randn(2, 11, 17).requires_grad_(), torch.randint(0, 17, (2, 11))
     # rows predicting several tokens (a fork's first tokens), across chunk borders

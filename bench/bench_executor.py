@@ -20,7 +20,7 @@ Figures, per batch size B (trajectories decoded together):
 * the same from process CPU time (`cpu_*`): one torch thread, so CPU time is the work done and
   far less sensitive than wall time to other processes on a shared machine;
 * device speed-up = model-only time of the sequential schedule / of the executed one: every decode
-  step of both runs (rows, cache width, masked or not; `RowBatch.shapes`) replayed through the
+  step of both runs (rows, cache width, masked or not; `DecodeBatch.shapes`) replayed through the
   same `KVDecoder` with nothing else running — what an executor with zero scheduling, sampling
   and fork/join cost would reach on this device. One CPU thread does more work per step for
   more rows, so at larger batches the executed mode's wider steps cost more and the device

@@ -1,6 +1,6 @@
 """One decode step of a transformers causal LM over a left-padded batch, without per-step copies.
 
-Both CPU decode loops (`parallax.engines.hf` and the executor's `parallax.executors.rows.RowBatch`)
+Both CPU decode loops (`parallax.engines.hf` and the executor's `parallax.executors.decode_batch.DecodeBatch`)
 feed one token per row per step. With transformers' defaults every step pays three costs that
 grow with rows x cache width and are not model work:
 

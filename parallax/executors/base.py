@@ -36,7 +36,7 @@ MODES = ("executed", "sequential")
 
 
 @dataclass
-class RowView:
+class RequestView:
     """What a logits processor sees of a request: its trajectory, role and the role's tokens so far.
 
     role () is the main chain; (j, k) is branch k of the j-th block its parent role forked;
@@ -48,15 +48,15 @@ class RowView:
     tokens: list[int]
 
 
-Processor = Callable[[list[RowView], torch.Tensor], torch.Tensor]
+Processor = Callable[[list[RequestView], torch.Tensor], torch.Tensor]
 
 
-def engine_processor(processor: Processor, views: list[RowView]) -> Callable[[list[list[int]], torch.Tensor],
+def engine_processor(processor: Processor, views: list[RequestView]) -> Callable[[list[list[int]], torch.Tensor],
                                                                              torch.Tensor]:
     """An executor `Processor` (e.g. `Replay`) as an engine-level one: row i continues `views[i]`."""
 
     def apply(generated: list[list[int]], x: torch.Tensor) -> torch.Tensor:
-        return processor([RowView(v.traj, v.role, v.tokens + g) for v, g in zip(views, generated)], x)
+        return processor([RequestView(v.traj, v.role, v.tokens + g) for v, g in zip(views, generated)], x)
 
     apply.commutes_with_mask = getattr(processor, "commutes_with_mask", False)  # speculative grammar stays exact
     if hasattr(processor, "request_args"):  # engines that run processors in their own workers (vLLM) take these
@@ -115,8 +115,8 @@ class Chain:
     k: int = 0
     live: bool = True
 
-    def view(self) -> RowView:
-        return RowView(self.traj.index, self.role, self.role_tokens)
+    def view(self) -> RequestView:
+        return RequestView(self.traj.index, self.role, self.role_tokens)
 
 
 class ExecutorBase:

@@ -1,7 +1,7 @@
 """KV executor: real fork/join execution of parallel branches in one decode loop (hf engine).
 
 Algorithm (executed mode). Every trajectory starts as one *main request*. Rows of all
-trajectories decode together, one token per row per step (`RowBatch`). When a request emits a
+trajectories decode together, one token per row per step (`DecodeBatch`). When a request emits a
 fork point — Parason: `</Outlines>` closing n outline entries; Parallel-R1: `<Parallel>`, with
 n = `num_paths` because that format never announces its paths — the token is fed once more (so
 the shared prefix holds it), the request is suspended and n *branch requests* start, each with a
@@ -44,14 +44,14 @@ from parallax.contract.batch import SamplingParams
 from parallax.contract.config import ExecutorConfig
 from parallax.engines.sampling import grammar_draw, sample, top_p_filter
 from parallax.executors.base import Chain, Execution, ExecutorBase, Group, Processor, Traj
+from parallax.executors.decode_batch import DecodeBatch, RequestState
 from parallax.executors.record import prompt_segment
-from parallax.executors.rows import RowBatch, RowState
 from parallax.executors.tracker import Tracker
 
 
 @dataclass(eq=False)
-class _Row(Chain, RowState):
-    """A request of the decode loop: its KV row (`RowState`) and its chain (`parallax.executors.base.Chain`)."""
+class _Row(Chain, RequestState):
+    """A request of the decode loop: its KV row (`RequestState`) and its chain (`parallax.executors.base.Chain`)."""
 
     pending: str = ""  # "fork" | "done": act after the next step feeds the token
     fork_n: int = 0
@@ -75,7 +75,7 @@ class KVExecutor(ExecutorBase):
             self.grammar = GrammarMasker(self.spec, tokenizer, model.config.vocab_size)
         # CPU seconds of the decoding thread (time.thread_time: preemption on a shared machine does not count)
         self.timing = {"decode": 0.0, "regroup": 0.0, "sample": 0.0}
-        self.shapes: list[tuple[int, int, bool]] = []  # the last run's decode steps (see RowBatch.shapes)
+        self.shapes: list[tuple[int, int, bool]] = []  # the last run's decode steps (see DecodeBatch.shapes)
 
     @classmethod
     def from_engine(cls, engine, cfg: ExecutorConfig, fmt: str = "parason",
@@ -88,7 +88,7 @@ class KVExecutor(ExecutorBase):
         """One trajectory per prompt, in order."""
         self._check_run(prompts, params)
         self._params, self._gen, self._next_request = params, torch.Generator().manual_seed(params.seed), 0
-        batch = RowBatch(self.model, self.pad)
+        batch = DecodeBatch(self.model, self.pad)
         self.shapes = batch.shapes  # (rows, width, padded) per decode step, for bench/bench_executor.py
         t0 = time.thread_time()
         logits = batch.prefill(prompts)
@@ -114,7 +114,7 @@ class KVExecutor(ExecutorBase):
         return [self._finish(t) for t in trajs]
 
     # ---- one step's bookkeeping ------------------------------------------------------------
-    def _advance(self, rows: list[_Row], logits: torch.Tensor, batch: RowBatch | None = None) -> list[_Row]:
+    def _advance(self, rows: list[_Row], logits: torch.Tensor, batch: DecodeBatch | None = None) -> list[_Row]:
         """Act on fed fork/close points, then give every live row its next token. Returns new rows."""
         incoming: list[_Row] = []
         for r in rows:
@@ -174,7 +174,7 @@ class KVExecutor(ExecutorBase):
         self._check_caps(r)
 
     # ---- fork and join ---------------------------------------------------------------------
-    def _fork(self, r: _Row, batch: RowBatch) -> list[_Row]:
+    def _fork(self, r: _Row, batch: DecodeBatch) -> list[_Row]:
         """`r` fed its fork point: suspend it and start its branches from its history."""
         r.live, r.pending = False, ""
         group = Group(r, r.fork_n, kv=batch.history(r))
@@ -189,7 +189,7 @@ class KVExecutor(ExecutorBase):
         r.forks += 1
         return children
 
-    def _branch_done(self, r: _Row, batch: RowBatch) -> list[_Row]:
+    def _branch_done(self, r: _Row, batch: DecodeBatch) -> list[_Row]:
         """Branch `r` fed its closing tag; when it is the last of its block, start the continuation:
         its KV is the prefix followed by every branch's own columns (as computed in its branch)."""
         r.pending = ""

@@ -22,7 +22,7 @@ class _Row:
     history: list[int]
     pos: int
     cur: int = -1
-    role: tuple[int, ...] = ()  # the executor's RowView.role: () main, + (fork j, branch k) per level
+    role: tuple[int, ...] = ()  # the executor's RequestView.role: () main, + (fork j, branch k) per level
     forks: int = 0
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from parallax.executors.base import RowView
+from parallax.executors.base import RequestView
 from parallax.formats import SUBTASK, Tree, render
 from parallax.formats.spec import resolve_spec
 
@@ -41,7 +41,7 @@ class Replay:
         self.scripts, self.eos = scripts, eos
         self.state: dict[tuple, list[int]] = {}  # (traj, role) -> [script pointer, tokens seen]
 
-    def _pointer(self, r: RowView) -> int:
+    def _pointer(self, r: RequestView) -> int:
         script = self.scripts[r.traj].get(r.role, [])
         st = self.state.setdefault((r.traj, r.role), [0, 0, None])
         if len(r.tokens) < st[1] or (st[1] and r.tokens[st[1] - 1] != st[2]):
@@ -56,12 +56,12 @@ class Replay:
         st[2] = r.tokens[-1] if r.tokens else None
         return st[0]
 
-    def request_args(self, row: RowView) -> dict[str, list[int]]:
+    def request_args(self, row: RequestView) -> dict[str, list[int]]:
         """What `row` writes from here on, then EOS, for an engine that pins tokens in its own workers
         (vLLM, through `script_vllm.ScriptProcessor`). Exact where no grammar mask or ban intervenes."""
         return {SCRIPT_KEY: self.scripts[row.traj].get(row.role, [])[self._pointer(row):] + [self.eos]}
 
-    def __call__(self, rows: list[RowView], x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, rows: list[RequestView], x: torch.Tensor) -> torch.Tensor:
         out = torch.full_like(x, float("-inf"))  # [S, V]
         for i, r in enumerate(rows):
             script, ptr = self.scripts[r.traj].get(r.role, []), self._pointer(r)

@@ -1,9 +1,9 @@
 """Lock-step decoding of many rows over one left-padded KV cache, with cheap regrouping.
 
-A *row* is one engine request: a KV history (one column per token it has seen, in text order),
-the position id of its next token and the token to feed next. `RowBatch.step` feeds one token
+Each row of the batch is one engine request (`RequestState`): a KV history (one column per token it has
+seen, in text order), the position id of its next token and the token to feed next. `DecodeBatch.step` feeds one token
 per row and returns the next-token logits of every row. Rows join and leave the batch only at
-fork / join / finish events; `RowBatch.regroup` then rebuilds the padded cache once for the
+fork / join / finish events; `DecodeBatch.regroup` then rebuilds the padded cache once for the
 whole new set of rows, so the steady state is plain batched decoding (`parallax.engines.decode_kv`: no
 per-step cache copies).
 
@@ -26,7 +26,7 @@ KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: K, V [Hkv, n, D]
 
 
 @dataclass
-class RowState:
+class RequestState:
     """What the batch needs to know about a row; the executor's row object subclasses it."""
 
     feed: int  # token to feed at the next step (emitted, not yet in the cache)
@@ -36,14 +36,14 @@ class RowState:
     live: bool = True  # False: finished or waiting; the batch decodes a pad for it until regroup
 
 
-class RowBatch:
+class DecodeBatch:
     """The batch of rows currently decoding, and its padded cache."""
 
     def __init__(self, model, pad_id: int):
         self.model = model
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
-        self.rows: list[RowState] = []
+        self.rows: list[RequestState] = []
         self.decoder = KVDecoder(model)  # the padded cache, [R, Hkv, W, D] per layer, and its mask
         self.shapes: list[tuple[int, int, bool]] = []  # per step: rows, cache width, padded (bench/)
 
@@ -54,7 +54,7 @@ class RowBatch:
         pos = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, P] positions ignore left padding
         return self.decoder.prefill(ids.to(self.device), mask.to(self.device), pos.to(self.device))
 
-    def adopt(self, rows: list[RowState]) -> None:
+    def adopt(self, rows: list[RequestState]) -> None:
         """Rows of the prefilled batch, in prompt order."""
         self.rows = list(rows)
 
@@ -72,7 +72,7 @@ class RowBatch:
                 r.pos += 1
         return logits
 
-    def history(self, row: RowState) -> KV:
+    def history(self, row: RequestState) -> KV:
         """A row's KV history (copied out of the batch if it is there)."""
         if row.kv is not None:
             return row.kv
@@ -81,7 +81,7 @@ class RowBatch:
         return [(layer.keys[b, :, -n:, :].clone(), layer.values[b, :, -n:, :].clone())
                 for layer in self.decoder.layers]
 
-    def regroup(self, rows: list[RowState]) -> None:
+    def regroup(self, rows: list[RequestState]) -> None:
         """Make `rows` the batch. Rows already in the batch keep their cache; others bring `kv`."""
         where = {id(r): b for b, r in enumerate(self.rows)}
         hist = [r.kv if r.kv is not None else self._slice(where[id(r)], r.length) for r in rows]

@@ -163,11 +163,13 @@ class SyncGroup:
             self._header(torch.tensor([0] + [DENSE] * len(plan.buckets), dtype=torch.int64))
             return self._stream(packed())
         news = list(packed())  # this push's bytes, kept as the next push's base
-        last = self._last if self._last is not None and len(self._last) == len(news) else None
-        payloads = [None if last is None else diff(old, new, grain(b))
-                    for b, old, new in zip(plan.buckets, last or news, news)]
-        self._header(torch.tensor([1] + [DENSE if p is None else p.numel() // (4 + grain(b))
-                                         for b, p in zip(plan.buckets, payloads)], dtype=torch.int64))
+        grains = [grain(b) for b in plan.buckets]
+        if self._last is None or len(self._last) != len(news):  # the group's first push: whole
+            payloads = [None] * len(news)
+        else:
+            payloads = [diff(old, new, g) for old, new, g in zip(self._last, news, grains)]
+        self._header(torch.tensor([1] + [DENSE if p is None else p.numel() // (4 + g)
+                                         for p, g in zip(payloads, grains)], dtype=torch.int64))
         sent = self._stream(new if p is None else p for new, p in zip(news, payloads))
         self._last = news
         return sent

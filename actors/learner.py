@@ -13,6 +13,7 @@ export (state_dict, save_pretrained, the weight sync) is still the plain model, 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from contextlib import contextmanager
@@ -118,8 +119,9 @@ class LearnerWorker:
         if cfg.kl_coef > 0 and cfg.lora.r == 0:
             self.ref_model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype),
                                                                   attn_implementation=attn).eval()
+        kernel = {"fused": True} if cfg.adam_impl == "fused" else {"foreach": True}
         opt = torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.adam_eps,
-                                weight_decay=cfg.weight_decay)
+                                weight_decay=cfg.weight_decay, **kernel)
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=ds_config(cfg, dtype))
         if world_size == 1 and cfg.zero_stage == 0:
             # one rank, nothing partitioned: DeepSpeed's all-reduce would copy every gradient into a flat
@@ -172,16 +174,6 @@ class LearnerWorker:
                for mb in batch.split(self.cfg.micro_batch_size)]
         return torch.cat(out) * batch.response_mask
 
-    def _recompute_old(self, batch: TrainBatch, temperature: float) -> tuple[TrainBatch, float]:
-        """`batch` with old_logprobs scored by the learner, and the mean |engine - learner| logprob gap
-        over response tokens (how far the engine's numbers were from the learner's)."""
-        import dataclasses
-
-        old = self.compute_logprobs(batch, temperature)  # [B, L], 0 off-response
-        mask = batch.response_mask.bool()
-        gap = float((old[mask] - batch.old_logprobs[mask]).abs().mean()) if mask.any() else 0.0
-        return dataclasses.replace(batch, old_logprobs=old), gap
-
     # ---- updates ----------------------------------------------------------------
     def _backward_step(self, loss: torch.Tensor, boundary: bool, rows=None) -> float:
         """Backward one micro-batch; at the accumulation boundary apply the update (`rows`, a RowLR: its
@@ -221,16 +213,15 @@ class LearnerWorker:
         self._set_lr(lr, cfg.weight_decay if weight_decay is None else weight_decay)
         norm = {"global_tokens": global_tokens, "global_seqs": global_seqs, "dp_size": self.world}
         stats: dict[str, float] = {}
-        if cfg.recompute_old_logprobs:  # the behaviour policy as the learner computes it (before any update)
+        # The behaviour policy as the learner scores it, before any update (recompute_old_logprobs): with one
+        # epoch of one mini-batch the update's own forward is that score (`on_policy`), else a pass of its own.
+        on_policy = cfg.recompute_old_logprobs and cfg.ppo_epochs == 1 and cfg.ppo_mini_batches == 1
+        if cfg.recompute_old_logprobs and not on_policy:
             engine = batch.old_logprobs
-            batch, stats["actor/engine_logprob_gap"] = self._recompute_old(batch, temperature)
-            if cfg.rollout_is != "off":  # TIS / MIS: the engine's samples reweighted to the learner's policy
-                import dataclasses
-
-                w, m = algo.rollout_is_weights(batch.old_logprobs, engine, batch.response_mask, level=cfg.rollout_is,
-                                               mode=cfg.rollout_is_mode, cap=cfg.rollout_is_cap)
-                batch = dataclasses.replace(batch, is_weights=w)
-                stats |= m
+            old = self.compute_logprobs(batch, temperature)  # [B, L], 0 off-response
+            weights, sums = self._behaviour(old, engine, batch)
+            stats |= _token_means(sums)
+            batch = dataclasses.replace(batch, old_logprobs=old, is_weights=weights)
             self.engine.train()
         # PPO mini-batches: each piece is one optimizer step, normalised by its own global counts
         pieces = batch.pieces(cfg.ppo_mini_batches)
@@ -238,26 +229,50 @@ class LearnerWorker:
         for _ in range(cfg.ppo_epochs):
             for piece in pieces:
                 piece_norm = norm if len(pieces) == 1 else self._piece_norm(piece)
-                grad_norm = self._update(piece, piece_norm, temperature, stats, updates)
+                grad_norm = self._update(piece, piece_norm, temperature, stats, updates, on_policy)
         stats["actor/grad_norm"] = grad_norm
         stats["actor/lr"] = lr
         return stats
 
-    def _update(self, batch: TrainBatch, norm: dict, temperature: float, stats: dict, updates: int) -> float:
+    def _behaviour(self, learner: torch.Tensor, engine: torch.Tensor, batch: TrainBatch
+                   ) -> tuple[torch.Tensor | None, dict[str, float]]:
+        """The learner's score of the behaviour samples against the engine's (CPU tensors): the TIS / MIS
+        weights (`learner.rollout_is`; None when off), and sums over `batch`'s response tokens of |engine -
+        learner| and, under rollout_is, the raw IS ratio and the tokens its cap changed, with `tokens` counting
+        them (`_token_means` divides)."""
+        cfg, mask = self.cfg, batch.response_mask.bool()
+        tokens = float(mask.sum())
+        sums = {"actor/engine_logprob_gap": float((learner[mask] - engine[mask]).abs().sum()), "tokens": tokens}
+        if cfg.rollout_is == "off":
+            return None, sums
+        weights, m = algo.rollout_is_weights(learner, engine, batch.response_mask, level=cfg.rollout_is,
+                                             mode=cfg.rollout_is_mode, cap=cfg.rollout_is_cap)
+        return weights, sums | {k: v * tokens for k, v in m.items()}  # token means -> sums
+
+    def _update(self, batch: TrainBatch, norm: dict, temperature: float, stats: dict, updates: int,
+                on_policy: bool = False) -> float:
         """One optimizer step over `batch` (its micro-batches accumulated); adds the stats, averaged over
-        the `updates` of this GRPO step; returns the gradient norm."""
+        the `updates` of this GRPO step; returns the gradient norm. `on_policy`: the micro-batches' own
+        forward is the behaviour policy's score (old logprobs = these logprobs, detached: the ratio is 1)."""
         cfg = self.cfg
         micro = batch.split(cfg.micro_batch_size)
+        behaviour: dict[str, float] = {}
         for i, mb in enumerate(micro):
             mask = mb.response_mask.to(self.device)
             logp, ent = self._logprobs(self.engine, mb, temperature, entropy=True)
+            old, is_weights = mb.old_logprobs.to(self.device), mb.is_weights
+            if on_policy:  # the behaviour policy's score is this forward's, before the step
+                old = logp.detach() * mask
+                is_weights, sums = self._behaviour(old.cpu(), mb.old_logprobs, mb)
+                for k, v in sums.items():
+                    behaviour[k] = behaviour.get(k, 0.0) + v
             # the policy's entropy over the response tokens (verl's actor/entropy), token mean of this micro-batch
             stats["actor/entropy"] = stats.get("actor/entropy", 0.0) + float(
                 (ent * mask).sum() / mask.sum().clamp(min=1)) / len(micro) / updates
             loss, m = algo.policy_loss(
-                logp, mb.old_logprobs.to(self.device), mb.advantages.to(self.device), mask,
+                logp, old, mb.advantages.to(self.device), mask,
                 clip_low=cfg.clip_ratio_low, clip_high=cfg.clip_ratio_high, agg=cfg.loss_agg_mode, **norm,
-                is_weights=None if mb.is_weights is None else mb.is_weights.to(self.device))
+                is_weights=None if is_weights is None else is_weights.to(self.device))
             if cfg.kl_coef > 0:
                 ref = self._ref_logprobs(mb, temperature)
                 kl = algo.kl_loss(logp, ref, mask, kind=cfg.kl_type, agg=cfg.loss_agg_mode, **norm)
@@ -267,6 +282,8 @@ class LearnerWorker:
             stats["actor/pg_loss"] = stats.get("actor/pg_loss", 0.0) + float(loss.detach()) / updates
             for k, v in m.items():
                 stats[k] = stats.get(k, 0.0) + float(v) / len(micro) / updates
+        if behaviour:
+            stats |= _token_means(behaviour)
         return grad_norm
 
     def _piece_norm(self, piece: TrainBatch) -> dict:
@@ -498,3 +515,11 @@ class LearnerWorker:
         load_path, _ = self.engine.load_checkpoint(path, tag="state", load_optimizer_states=True)
         if load_path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint under {path}")
+
+
+def _token_means(sums: dict[str, float]) -> dict[str, float]:
+    """`LearnerWorker._behaviour`'s sums over response tokens as means (the IS ratio's mean is 1 over none)."""
+    tokens = sums.pop("tokens")
+    if not tokens:
+        return {k: 1.0 if k == "actor/is_ratio" else 0.0 for k in sums}
+    return {k: v / tokens for k, v in sums.items()}

@@ -33,12 +33,13 @@ def score_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     keep = L - first + 1  # logits of columns first-1 .. L-1 predict tokens first .. L-1
     logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
                    logits_to_keep=keep).logits  # [b, keep, V]
-    logp = chunked.token_logprobs(logits, input_ids[:, L - keep:].to(device), temperature)  # [b, keep]
+    lse, ent = chunked.logsumexp_chunked(logits, temperature, entropy=True) if entropy else (None, None)
+    logp = chunked.token_logprobs(logits, input_ids[:, L - keep:].to(device), temperature, lse)  # [b, keep]
     logp = torch.nn.functional.pad(logp, (L - keep, 0))  # [b, L]
     if not entropy:
         return logp
-    ent = chunked.logits_entropy(logits[:, :-1], temperature)  # [b, keep - 1]: predicting tokens first .. L-1
-    return logp, torch.nn.functional.pad(ent, (L - keep + 1, 0))  # [b, L]
+    # ent[:, :-1]: the kept columns' distributions, predicting tokens first .. L-1
+    return logp, torch.nn.functional.pad(ent[:, :-1], (L - keep + 1, 0))  # [b, L]
 
 
 def sft_micro_batches(batch: SFTBatch, cfg: LearnerConfig) -> list[SFTBatch]:

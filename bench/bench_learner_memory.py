@@ -46,7 +46,8 @@ def _dense(logits, ids, temperature):
 def _chunked(logits, ids, temperature):
     from parallax.layouts import logprobs as chunked
 
-    return chunked.token_logprobs(logits, ids, temperature)[:, 1:], chunked.logits_entropy(logits, temperature)
+    lse, ent = chunked.logsumexp_chunked(logits, temperature, entropy=True)
+    return chunked.token_logprobs(logits, ids, temperature, lse)[:, 1:], ent
 
 
 PATHS = {"dense": _dense, "chunked": _chunked}

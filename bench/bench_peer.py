@@ -191,7 +191,7 @@ def run_trl(args, model_dir: Path, problem_batches: list[list], out_dir: Path, b
         disable_tqdm=True, seed=args.seed, max_steps=len(problem_batches),
         per_device_train_batch_size=n, num_generations=args.generations, gradient_accumulation_steps=1,
         num_iterations=1, shuffle_dataset=False, use_vllm=False, gradient_checkpointing=False,
-        learning_rate=args.lr, lr_scheduler_type="constant", optim="adamw_torch", weight_decay=0.0,
+        learning_rate=args.lr, lr_scheduler_type="constant", optim="adamw_torch_fused", weight_decay=0.0,
         max_grad_norm=1.0, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="dapo", scale_rewards="group",
         temperature=1.0, top_p=1.0, max_completion_length=args.completion_len,
         generation_kwargs={"min_new_tokens": args.completion_len, "use_cache": True},
@@ -242,6 +242,7 @@ class ParallaxSide:
             f"learner.micro_batch_size={self.n}", "learner.ppo_epochs=1", "cluster.include_dashboard=false",
             "cluster.num_cpus=8", "trainer.save_every_min=0", f"learner.autocast={'bf16' if args.bf16 else 'off'}",
             f"rollout.dtype={args.rollout_dtype}", f"learner.zero_stage={args.zero_stage}",
+            "learner.adam_impl=fused",  # TRL's AdamW is transformers' default, torch's fused kernel
         ]
         if args.engine == "vllm":  # the CPU build's settings (conf/rollout/vllm_cpu.yaml), then this run's
             overrides.insert(0, "rollout=vllm_cpu")

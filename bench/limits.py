@@ -4,7 +4,7 @@
   a decode step reads every weight once, so generating ``L`` tokens for a batch takes at least
   ``L x weight bytes / bandwidth`` (the KV cache and activations are left out: a lower bound);
 * **memcpy of the weights' bytes**: the least a weight sync on one machine can cost;
-* **plain transformers' update**: forward, loss over the completion tokens, backward and an AdamW step of
+* **plain transformers' update**: forward, loss over the completion tokens, backward and a (fused) AdamW step of
   the same model at the same rows x tokens and precision (bf16 autocast over fp32 weights, or fp32),
   in this process, with no Parallax code: the FLOP/s the cores give an update (6 x params x tokens).
 
@@ -61,7 +61,7 @@ def plain_update(model_dir: str | Path, rows: int, prompt_tokens: int, completio
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)  # transformers' Trainer's default kernel
     params = sum(p.numel() for p in model.parameters())
     length = prompt_tokens + completion_tokens
     vocab = model.get_output_embeddings().weight.shape[0]

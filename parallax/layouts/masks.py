@@ -201,15 +201,17 @@ def predictor_index(segment_ids: torch.Tensor, segment_visible: torch.Tensor) ->
 
 
 def structured_token_logprobs(
-    logits: torch.Tensor, input_ids: torch.Tensor, predictor: torch.Tensor, temperature: float = 1.0
+    logits: torch.Tensor, input_ids: torch.Tensor, predictor: torch.Tensor, temperature: float = 1.0,
+    lse: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """out[b, t] = log p(x_t | context) read at logits[b, predictor[b, t]]; 0 where predictor < 0.
 
-    Shapes: logits [B, L, V], input_ids [B, L], predictor [B, L] -> [B, L] fp32.
+    Shapes: logits [B, L, V], input_ids [B, L], predictor [B, L] -> [B, L] fp32. `lse`: the logits'
+    `logsumexp_chunked`, when the caller has it.
     """
     from parallax.layouts.logprobs import picked_logprobs
 
-    picked = picked_logprobs(logits, predictor.clamp(min=0), input_ids, temperature)  # [B, L], chunked
+    picked = picked_logprobs(logits, predictor.clamp(min=0), input_ids, temperature, lse)  # [B, L], chunked
     return torch.where(predictor >= 0, picked, torch.zeros_like(picked))
 
 
@@ -377,11 +379,11 @@ def structured_logprobs(
         input_ids=input_ids, attention_mask=mask, position_ids=position_ids, logits_to_keep=input_ids.shape[1] - start
     ).logits  # [B, L - start, V]
     src = torch.where(pred >= start, pred - start, -1)  # [B, L] column of the kept logits predicting token t
-    logp = structured_token_logprobs(logits, input_ids, src, temperature)
+    from parallax.layouts.logprobs import logsumexp_chunked
+
+    lse, ent = logsumexp_chunked(logits, temperature, entropy=True) if entropy else (None, None)  # [B, L - start]
+    logp = structured_token_logprobs(logits, input_ids, src, temperature, lse)
     if not entropy:
         return logp
-    from parallax.layouts.logprobs import logits_entropy
-
-    ent = logits_entropy(logits, temperature)  # [B, L - start]
     picked = ent.gather(1, src.clamp(min=0))  # [B, L]
     return logp, torch.where(src >= 0, picked, torch.zeros_like(picked))

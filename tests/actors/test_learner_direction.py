@@ -10,7 +10,10 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-def test_grpo_step_follows_advantage_sign(tiny_model_path, grpo_batch):
+@pytest.mark.parametrize("zero_stage,adam_impl", [(0, "foreach"), (1, "fused"), (3, "fused")])
+def test_grpo_step_follows_advantage_sign(tiny_model_path, grpo_batch, zero_stage, adam_impl):
+    """Each sequence moves with its advantage, under either AdamW kernel (`learner.adam_impl`; torch's fused
+    one also steps DeepSpeed's ZeRO partitions)."""
     from actors.learner import LearnerWorker
     from parallax.contract.config import LearnerConfig
 
@@ -18,8 +21,8 @@ def test_grpo_step_follows_advantage_sign(tiny_model_path, grpo_batch):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    learner = LearnerWorker(LearnerConfig(micro_batch_size=4, torch_threads=1, zero_stage=0), tiny_model_path,
-                            "float32", 0, 1, f"tcp://127.0.0.1:{port}", port)
+    cfg = LearnerConfig(micro_batch_size=4, torch_threads=1, zero_stage=zero_stage, adam_impl=adam_impl)
+    learner = LearnerWorker(cfg, tiny_model_path, "float32", 0, 1, f"tcp://127.0.0.1:{port}", port)
     before = learner.compute_logprobs(batch).sum(-1)  # [B] sequence logprob
     # The learner scores exactly what the engine sampled (fp32, same weights).
     assert (before - batch.old_logprobs.sum(-1)).abs().max() < 1e-4
@@ -112,6 +115,67 @@ def test_recomputed_old_logprobs_replace_the_engines(tiny_model_path):
     cfg.recompute_old_logprobs = False
     off = learner.grpo_step(batch, int(batch.response_mask.sum()), len(batch), lr=1e-6)
     assert abs(off["actor/ppo_kl"]) > 0.2 and "actor/engine_logprob_gap" not in off  # the engine's numbers
+
+
+def test_one_epoch_of_one_mini_batch_scores_the_behaviour_policy_in_the_updates_own_forward(tiny_model_path,
+                                                                                          grpo_batch):
+    """recompute_old_logprobs with one PPO epoch of one mini-batch: the weights have not moved when the update's
+    forward runs, so its logprobs (detached) are the behaviour policy's score and no pass of its own is made:
+    one forward per micro-batch, not two. The step equals one whose old logprobs were scored beforehand, and
+    the engine-gap and IS metrics (token means over micro-batches) equal those of the separate pass that two
+    mini-batches take; the IS weights (MIS, here masking the rows the engine scored 0.1 low) are applied."""
+    import dataclasses
+
+    import torch
+
+    from actors.learner import LearnerWorker
+    from parallax.contract.config import LearnerConfig
+
+    batch, _ = grpo_batch(tiny_model_path, 12)  # 6 rows of unequal lengths
+    low = torch.tensor([1, 1, 1, 0, 0, 0.0])[:, None] * batch.response_mask  # rows 0-2: the engine 0.1 low
+    engine = batch.old_logprobs - 0.1 * low
+    batch = dataclasses.replace(batch, old_logprobs=engine)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = LearnerConfig(micro_batch_size=4, torch_threads=1, zero_stage=0, recompute_old_logprobs=True,
+                        rollout_is="token", rollout_is_mode="mask", rollout_is_cap=1.05)
+    learner = LearnerWorker(cfg, tiny_model_path, "float32", 0, 1, f"tcp://127.0.0.1:{port}", port)
+    init = {k: v.clone() for k, v in learner.engine.module.state_dict().items()}
+    forwards = []
+    learner.engine.module.register_forward_hook(lambda *_: forwards.append(1))
+
+    def step(**change):
+        learner.engine.module.load_state_dict(init)
+        learner.engine.optimizer.state.clear()
+        for k, v in change.items():
+            setattr(cfg, k, v)
+        forwards.clear()
+        stats = learner.grpo_step(b, int(b.response_mask.sum()), len(b), lr=1e-3)
+        return stats, len(forwards), {k: v.clone() for k, v in learner.engine.module.state_dict().items()}
+
+    b = batch
+    fused, n_fused, after = step()
+    assert n_fused == 2  # two micro-batches, one forward each
+    assert fused["actor/ppo_kl"] == 0.0 and fused["actor/pg_clipfrac"] == 0.0  # the ratio is exactly 1
+    share = float(low.sum() / batch.response_mask.sum())  # of the response tokens, those the engine scored low
+    assert abs(fused["actor/engine_logprob_gap"] - 0.1 * share) < 1e-4
+    assert abs(fused["actor/is_ratio"] - (1 + share * (float(torch.tensor(0.1).exp()) - 1))) < 1e-4
+    assert abs(fused["actor/is_capped"] - share) < 1e-6
+    separate, n_separate, _ = step(ppo_mini_batches=2)  # scored by a pass of its own, then two steps
+    assert n_separate == 2 + 2
+    for k in ("actor/engine_logprob_gap", "actor/is_ratio", "actor/is_capped"):
+        assert abs(fused[k] - separate[k]) < 1e-6, (k, fused[k], separate[k])
+    # the same step as one given old logprobs the learner scored beforehand, and MIS's weights: rows 0-2 masked
+    learner.engine.module.load_state_dict(init)
+    b = dataclasses.replace(batch, old_logprobs=learner.compute_logprobs(batch),
+                            is_weights=batch.response_mask.float() - low)
+    _, _, scored = step(ppo_mini_batches=1, recompute_old_logprobs=False)
+    moved = sum(float((after[k] - init[k]).abs().sum()) for k in init)
+    apart = sum(float((after[k] - scored[k]).abs().sum()) for k in init)
+    # equal but for Adam's first step turning a ~1e-7 gradient difference into a sign on near-zero gradients
+    # (without the IS weights applied, half the step)
+    assert moved > 0 and apart < 1e-3 * moved, (apart, moved)
 
 
 def _sft_grad_norm(tiny_model_path, zero_stage: int) -> float:

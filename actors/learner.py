@@ -384,6 +384,7 @@ class LearnerWorker:
         from parallax.weightsync.plan import plan_to_wire
 
         self._sync_plan, self._sync_delta = self._plan(bucket_bytes, dtype), delta
+        self._staged, self._handles = [], []  # a new plan: new hand-off buffers
         if self.rank != 0:
             return None
         self.close_sync()
@@ -434,14 +435,22 @@ class LearnerWorker:
         from parallax.weightsync.plan import pack
 
         t = time.perf_counter()
-        plan, handles, self._staged = self._sync_plan, [], []
+        plan = self._sync_plan
         pieces = self._pieces(plan)
+        # on CPU the staged buffers serve every push of this plan (the engine keeps them mapped); on a GPU they
+        # are freed once the engines have loaded (`release_staged`), as the learner's memory is the update's
+        keep = stage and torch.device(self.device).type == "cpu" and len(getattr(self, "_staged", [])) == len(
+            plan.buckets)
+        if not keep:
+            self._staged, self._handles = [], []
 
         def walked():  # the pieces in plan order, each staged on its way
-            for bucket, piece in zip(plan.buckets, pieces):
-                if stage:
+            for i, (bucket, piece) in enumerate(zip(plan.buckets, pieces)):
+                if keep:
+                    pack(bucket, piece, out=self._staged[i])
+                elif stage:
                     self._staged.append(pack(bucket, piece, str(self.device), view=False))
-                    handles.append(share(self._staged[-1]))
+                    self._handles.append(share(self._staged[-1]))
                 yield piece
 
         group = getattr(self, "_sync", None) if self.rank == 0 else None
@@ -459,11 +468,13 @@ class LearnerWorker:
             return None
         return {"sync/bytes": float(sent), "sync/dense_bytes": float(plan.nbytes),
                 "sync/buckets": float(len(plan.buckets)),
-                "timing/sync_send": time.perf_counter() - t, "handles": handles}
+                "timing/sync_send": time.perf_counter() - t, "handles": list(self._handles) if stage else []}
 
     def release_staged(self) -> None:
-        """Free the buffers `send_weights(stage=True)` shared (every engine has loaded from them)."""
-        self._staged = []
+        """Free the buffers `send_weights(stage=True)` shared (every engine has loaded from them); on CPU they
+        are kept for the next push (shared memory the engine keeps mapped; `open_sync` drops them)."""
+        if torch.device(self.device).type != "cpu":
+            self._staged, self._handles = [], []
 
     def save_pretrained(self, path: str) -> None:
         """Hugging Face checkpoint (rank 0 writes; every rank must call it under ZeRO-3)."""

@@ -243,6 +243,7 @@ class ParallaxSide:
             "cluster.num_cpus=8", "trainer.save_every_min=0", f"learner.autocast={'bf16' if args.bf16 else 'off'}",
             f"rollout.dtype={args.rollout_dtype}", f"learner.zero_stage={args.zero_stage}",
             "learner.adam_impl=fused",  # TRL's AdamW is transformers' default, torch's fused kernel
+            "rollout.weight_sync.cpu_handoff=true",  # the engine shares the learner's node: shared memory
         ]
         if args.engine == "vllm":  # the CPU build's settings (conf/rollout/vllm_cpu.yaml), then this run's
             overrides.insert(0, "rollout=vllm_cpu")

@@ -45,6 +45,8 @@ def main() -> None:
     ap.add_argument("--engine", default="hf", choices=["hf", "vllm"])
     ap.add_argument("--lr", type=float, default=1e-5, help="the update between two pushes (AdamW, SFT)")
     ap.add_argument("--dtype", default="bfloat16", help="the engine's weights (rollout.dtype); the learner's fp32")
+    ap.add_argument("--threads", type=int, nargs=2, default=[1, 1], metavar=("LEARNER", "ENGINE"),
+                    help="torch threads of the learner and of the rollout actor")
     args = ap.parse_args()
 
     import ray
@@ -58,10 +60,10 @@ def main() -> None:
 
     path = _model(args.model)
     cfg = ParallaxConfig()
-    cfg.rollout = RolloutConfig(engine=args.engine, num_cpus=0.5, torch_threads=1, dtype=args.dtype,
+    cfg.rollout = RolloutConfig(engine=args.engine, num_cpus=0.5, torch_threads=args.threads[1], dtype=args.dtype,
                                 vllm=VLLMConfig(enforce_eager=True, cpu_kvcache_gib=1),
                                 weight_sync=WeightSyncConfig(bucket_mb=args.bucket_mb))
-    cfg.learner = LearnerConfig(num_cpus=0.5, torch_threads=1)
+    cfg.learner = LearnerConfig(num_cpus=0.5, torch_threads=args.threads[0])
     start_cluster(ClusterConfig(num_cpus=4, include_dashboard=False))
     groups = build_groups(cfg, path, f"bench-sync-{os.getpid()}")
     collective = groups.sync
@@ -74,6 +76,8 @@ def main() -> None:
         for delta in (False, True):  # each forms its own group on its first push
             yield ("collective_delta" if delta else "collective",
                    CollectiveSync(dataclasses.replace(collective.cfg, delta=delta), collective.store))
+        # the engine on the learner's node maps the buckets it casts into (rollout.weight_sync.cpu_handoff)
+        yield "cpu_handoff", CollectiveSync(dataclasses.replace(collective.cfg, cpu_handoff=True), collective.store)
 
     try:
         for method, sync in paths():

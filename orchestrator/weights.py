@@ -259,7 +259,8 @@ class CollectiveSync:
         sizes["learner"] = learners.async_call("devices")
         got = _wait(sizes, self.cfg.timeout_s, "sizing")
         ranks = [got[f"rollout_{i}"][0] for i in range(n)]
-        self.handoff = handoff_pairs(got["learner"], [(got[f"rollout_{i}"][2], ranks[i]) for i in range(n)])
+        self.handoff = handoff_pairs(got["learner"], [(got[f"rollout_{i}"][2], ranks[i]) for i in range(n)],
+                                     cpu=self.cfg.cpu_handoff)
         rest = [i for i in range(n) if i not in self.handoff]
         members = {"learner_0": got["learner"][0]} | {f"rollout_{i}": got[f"rollout_{i}"][2] for i in rest}
         self.backend = self.cfg.backend

@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import timedelta
 
 import torch
@@ -132,6 +133,21 @@ class SyncGroup:
         self._store = None
         self._last = self._kept = None
 
+    @contextmanager
+    def _threads(self):
+        """A push on one node (loopback gloo) runs on one torch thread at each end: sender and receivers share
+        the node's cores, and two threads each made a SmolLM2 push 0.51 s against 0.26 s on one each (the
+        cast's threads spin against the copy's, bench/bench_sync.py --threads)."""
+        if self.backend != "gloo" or not loopback_only(self.address):
+            yield
+            return
+        was = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(was)
+
     def _broadcast(self, buf: torch.Tensor):
         opts = dist.BroadcastOptions()
         opts.rootRank = 0
@@ -149,6 +165,10 @@ class SyncGroup:
         gathered pieces, valid until the next is drawn: `copy=True` packs each into a buffer of its own).
         `delta`: send each bucket's change since the last push where that is fewer bytes (module docstring)."""
         assert self.rank == 0, "only rank 0 sends"
+        with self._threads():
+            return self._send(plan, state, copy, delta)
+
+    def _send(self, plan: SyncPlan, state, copy: bool, delta: bool) -> int:
         pieces = itertools.repeat(state) if isinstance(state, Mapping) else iter(state)
 
         def packed():
@@ -191,6 +211,10 @@ class SyncGroup:
         applied to this rank's last bytes of it first. `received` is then the bytes that came. A loader
         that reloads module by module (vLLM's `reload_weights`) must see the tied `lm_head.weight` too, or
         it restores the old values there."""
+        with self._threads():  # the loader's copies run between the yields, on the same thread count
+            yield from self._receive(plan)
+
+    def _receive(self, plan: SyncPlan) -> Iterator[tuple[str, torch.Tensor]]:
         header = self._header(torch.empty(1 + len(plan.buckets), dtype=torch.int64)).tolist()
         delta, counts = bool(header[0]), header[1:]
         kept = self._kept if delta and self._kept is not None else [None] * len(plan.buckets)

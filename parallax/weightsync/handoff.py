@@ -13,7 +13,10 @@ hand a colocated engine its weights the same way, by CUDA IPC):
   process on the node: the same code path, tested on CPU.
 
 A handle is plain bytes (vLLM's `collective_rpc` carries plain values). The sender keeps its buffers
-until every receiver has loaded (`LearnerWorker.release_staged`), the receiver copies out of them.
+until every receiver has loaded (`LearnerWorker.release_staged`), the receiver copies out of them. On CPU
+the same buffers serve every push (`rollout.weight_sync.cpu_handoff`: an engine on a CPU learner rank's
+node): the rank casts into them, and the engine keeps them mapped (`opened`), so a push is one cast and one
+copy, with no socket between (gloo over loopback spent most of a push on it: bench/bench_sync.py).
 """
 
 from __future__ import annotations
@@ -40,15 +43,22 @@ def share(buf: torch.Tensor) -> bytes:
     return pickle.dumps(("cpu", reductions.reduce_storage(buf.untyped_storage()), buf.numel()))
 
 
+_MAPPED: dict[bytes, torch.Tensor] = {}  # CPU handles -> their buffers, mapped once (the sender reuses them)
+
+
 def opened(handle: bytes) -> torch.Tensor:
-    """The buffer a `share` handle names, mapped into this process (no copy)."""
+    """The buffer a `share` handle names, mapped into this process (no copy); a CPU buffer stays mapped for
+    the next push that names it."""
+    if handle in _MAPPED:
+        return _MAPPED[handle]
     kind, (rebuild, args), *rest = pickle.loads(handle)
     if kind == "cuda":
         args = list(args)
         args[6] = torch.cuda.current_device()  # the sender's device index, as this process numbers it
         return rebuild(*args)
     storage = rebuild(*args)
-    return torch.empty(0, dtype=torch.uint8).set_(storage)[: rest[0]]
+    _MAPPED[handle] = buf = torch.empty(0, dtype=torch.uint8).set_(storage)[: rest[0]]
+    return buf
 
 
 def receive_shared(handles: list[bytes], wire: dict, load: Callable[[Weights, SyncPlan], None]) -> int:
@@ -57,6 +67,8 @@ def receive_shared(handles: list[bytes], wire: dict, load: Callable[[Weights, Sy
     plan = plan_from_wire(wire)
     if len(handles) != len(plan.buckets):
         raise ValueError(f"weight hand-off: {len(handles)} buffers for a plan of {len(plan.buckets)} buckets")
+    for stale in set(_MAPPED) - set(handles):  # buffers the sender no longer uses (a new plan)
+        del _MAPPED[stale]
 
     def weights() -> Weights:
         sources, kept = {src for _, src in plan.aliases}, {}
@@ -74,11 +86,21 @@ def receive_shared(handles: list[bytes], wire: dict, load: Callable[[Weights, Sy
     return plan.nbytes
 
 
-def handoff_pairs(learners: list[dict], engines: list[tuple[dict, int]]) -> dict[int, int]:
+def handoff_pairs(learners: list[dict], engines: list[tuple[dict, int]], cpu: bool = False) -> dict[int, int]:
     """Which engine takes its weights from which learner rank on its own device: {engine i: rank r}.
     `learners`: each rank's `actors.devices.seen()`; `engines`: each engine's, with its sync ranks (its
     workers). An engine of one worker whose one GPU is a GPU a learner rank was given, on the same node,
-    is handed the weights there (`receive_shared`); any other goes by the collective."""
+    is handed the weights there (`receive_shared`); any other goes by the collective. `cpu`
+    (`rollout.weight_sync.cpu_handoff`): also an engine of one worker and no GPU, on the node of a learner
+    rank with no GPU, from that node's first such rank (shared memory)."""
     rank_of = {(seen["node"], gpu): r for r, seen in enumerate(learners) for gpu in seen["gpus"]}
-    return {i: rank_of[(seen["node"], seen["gpus"][0])] for i, (seen, workers) in enumerate(engines)
-            if workers == 1 and len(seen["gpus"]) == 1 and (seen["node"], seen["gpus"][0]) in rank_of}
+    pairs = {i: rank_of[(seen["node"], seen["gpus"][0])] for i, (seen, workers) in enumerate(engines)
+             if workers == 1 and len(seen["gpus"]) == 1 and (seen["node"], seen["gpus"][0]) in rank_of}
+    if cpu:
+        host: dict[str, int] = {}
+        for r, seen in enumerate(learners):
+            if not seen["gpus"]:
+                host.setdefault(seen["node"], r)
+        pairs |= {i: host[seen["node"]] for i, (seen, workers) in enumerate(engines)
+                  if workers == 1 and not seen["gpus"] and seen["node"] in host}
+    return pairs

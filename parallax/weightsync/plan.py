@@ -128,13 +128,16 @@ def _in_place(bucket: Bucket, state: dict[str, torch.Tensor], device: str) -> to
     return torch.empty(0, dtype=torch.uint8, device=first.device).set_(storage, start, (end - start,))
 
 
-def pack(bucket: Bucket, state: Mapping[str, torch.Tensor], device: str = "cpu", view: bool = True) -> torch.Tensor:
+def pack(bucket: Bucket, state: Mapping[str, torch.Tensor], device: str = "cpu", view: bool = True,
+         out: torch.Tensor | None = None) -> torch.Tensor:
     """The bucket's tensors, bytes back to back, in one uint8 buffer on `device` (with `view`, a view of
-    their own memory when they already lie so; the sender only reads it)."""
-    view = _in_place(bucket, state, device) if view else None
+    their own memory when they already lie so; the sender only reads it); `out`: into that buffer."""
+    view = _in_place(bucket, state, device) if view and out is None else None
     if view is not None:
         return view
-    buf = torch.empty(bucket.nbytes, dtype=torch.uint8, device=device)
+    if out is not None and out.numel() != bucket.nbytes:
+        raise ValueError(f"weight sync: a buffer of {out.numel()} bytes for a bucket of {bucket.nbytes}")
+    buf = out if out is not None else torch.empty(bucket.nbytes, dtype=torch.uint8, device=device)
     off = 0
     for m in bucket.tensors:
         t = state[m.name]

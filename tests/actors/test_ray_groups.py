@@ -81,27 +81,40 @@ def test_actors_start_without_what_they_never_use(ray_cluster, groups):
     assert loaded == [], loaded
 
 
-@pytest.mark.parametrize("method", ["collective", "object_store"])
+@pytest.mark.parametrize("method", ["collective", "object_store", "cpu_handoff"])
 def test_weight_sync_makes_rollout_equal_learner(ray_cluster, groups, tiny_model_path, method):
-    from orchestrator.weights import make_weight_sync
+    """Every path leaves the engine equal to the learner. `cpu_handoff` (the engine on the learner's node maps
+    the buffers the rank casts into, `rollout.weight_sync.cpu_handoff`) pushes twice: the second reuses them."""
+    import dataclasses
+
+    from orchestrator.weights import CollectiveSync, make_weight_sync
     from parallax.contract.engine import WeightSyncConfig
 
-    sync = groups.sync if method == "collective" else make_weight_sync(WeightSyncConfig(method=method))
-    before = ray_cluster.get(groups.rollout.actors[0].get_weights.remote())
-    stats = ray_cluster.get(groups.learner.async_sft_step(_sft_batch(tiny_model_path), lr=1e-2))
-    assert all(torch.isfinite(torch.tensor(s["sft/loss"])) for s in stats)
-    figures = sync.push(groups.learner, groups.rollout, version=7)
-    assert ray_cluster.get(groups.rollout.actors[0].__ray_call__.remote(lambda w: w.version)) == 7  # as handed
-    learner = ray_cluster.get(groups.learner.async_state_dict())
-    after = ray_cluster.get(groups.rollout.actors[0].get_weights.remote())
-    changed = [k for k in learner if not torch.equal(before[k], learner[k])]
-    assert changed, "the SFT step changed no parameter"
-    for k, v in learner.items():
-        assert torch.equal(after[k], v), k
-    # the tied lm_head is embed_tokens: the collective path sends it once, the object store twice
-    unique = sum(v.numel() * v.element_size() for k, v in learner.items() if k != "lm_head.weight")
-    total = sum(v.numel() * v.element_size() for v in learner.values())
-    assert figures["sync/bytes"] == (unique if method == "collective" else total)
+    sync = {"collective": groups.sync, "object_store": make_weight_sync(WeightSyncConfig(method="object_store")),
+            "cpu_handoff": CollectiveSync(dataclasses.replace(groups.sync.cfg, cpu_handoff=True), groups.sync.store),
+            }[method]
+    try:
+        for version in (7, 8)[: 2 if method == "cpu_handoff" else 1]:
+            before = ray_cluster.get(groups.rollout.actors[0].get_weights.remote())
+            stats = ray_cluster.get(groups.learner.async_sft_step(_sft_batch(tiny_model_path), lr=1e-2))
+            assert all(torch.isfinite(torch.tensor(s["sft/loss"])) for s in stats)
+            figures = sync.push(groups.learner, groups.rollout, version=version)
+            assert ray_cluster.get(groups.rollout.actors[0].__ray_call__.remote(lambda w: w.version)) == version
+            learner = ray_cluster.get(groups.learner.async_state_dict())
+            after = ray_cluster.get(groups.rollout.actors[0].get_weights.remote())
+            changed = [k for k in learner if not torch.equal(before[k], learner[k])]
+            assert changed, "the SFT step changed no parameter"
+            for k, v in learner.items():
+                assert torch.equal(after[k], v), k
+            # the tied lm_head is embed_tokens: the collective path sends it once, the object store twice
+            unique = sum(v.numel() * v.element_size() for k, v in learner.items() if k != "lm_head.weight")
+            total = sum(v.numel() * v.element_size() for v in learner.values())
+            assert figures["sync/bytes"] == (total if method == "object_store" else unique)
+        if method == "cpu_handoff":
+            assert sync.transports == {"rollout_0": "handoff"} and figures["sync/handoff_bytes"] == unique
+    finally:
+        if method == "cpu_handoff":  # the learner left the fixture's group for this one: the next push forms it anew
+            groups.sync.reset(groups.learner, groups.rollout)
 
 
 def test_a_bf16_engine_gets_the_fp32_learners_weights_cast_and_sent_in_half_the_bytes(ray_cluster, tiny_model_path):

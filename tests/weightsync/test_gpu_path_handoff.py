@@ -68,3 +68,17 @@ def test_an_engine_takes_the_hand_off_only_from_a_rank_on_its_own_one_gpu():
                ({"node": a, "gpus": []}, 1)]  # CPU
     assert handoff_pairs(learners, engines) == {0: 1, 1: 2}
     assert handoff_pairs([{"node": a, "gpus": []}], [({"node": a, "gpus": []}, 1)]) == {}  # CPU runs: none
+
+
+def test_a_cpu_engine_takes_the_hand_off_from_the_first_cpu_rank_on_its_node_when_asked():
+    """`rollout.weight_sync.cpu_handoff`: shared memory reaches any process on the node, so an engine of one
+    worker and no GPU takes the weights from the first learner rank there that has no GPU either."""
+    a, b, c = "ab" * 28, "cd" * 28, "ef" * 28
+    learners = [{"node": b, "gpus": ["0"]}, {"node": a, "gpus": []}, {"node": a, "gpus": []}, {"node": b, "gpus": []}]
+    engines = [({"node": a, "gpus": []}, 1),  # rank 1, the first CPU rank on node a
+               ({"node": b, "gpus": []}, 1),  # rank 3: rank 0 there has a GPU
+               ({"node": c, "gpus": []}, 1),  # no learner on its node: the collective
+               ({"node": a, "gpus": []}, 2),  # two workers: the collective
+               ({"node": b, "gpus": ["0"]}, 1)]  # on rank 0's GPU: the GPU hand-off
+    assert handoff_pairs(learners, engines, cpu=True) == {0: 1, 1: 3, 4: 0}
+    assert handoff_pairs(learners, engines) == {4: 0}

@@ -207,7 +207,11 @@ class LearnerWorker:
 
     def grpo_step(self, batch: TrainBatch, global_tokens: int, global_seqs: int, lr: float,
                   temperature: float = 1.0, weight_decay: float | None = None) -> dict[str, float]:
-        """One GRPO update on this rank's shard (all ranks call it together)."""
+        """One GRPO update on this rank's shard (all ranks call it together). `timing/learner_update`: its own
+        seconds, in this process (the driver's `timing/update` adds the call, the batch's trip and the wait)."""
+        import time
+
+        started = time.perf_counter()
         cfg = self.cfg
         self.engine.train()
         self._set_lr(lr, cfg.weight_decay if weight_decay is None else weight_decay)
@@ -232,6 +236,7 @@ class LearnerWorker:
                 grad_norm = self._update(piece, piece_norm, temperature, stats, updates, on_policy)
         stats["actor/grad_norm"] = grad_norm
         stats["actor/lr"] = lr
+        stats["timing/learner_update"] = time.perf_counter() - started
         return stats
 
     def _behaviour(self, learner: torch.Tensor, engine: torch.Tensor, batch: TrainBatch

@@ -89,6 +89,7 @@ class RolloutWorker:
             top_p=self.cfg.top_p,
             greedy=greedy,
             seed=seed,
+            sampler=self.cfg.sampler,
         )
         flat = [p for p in prompts for _ in range(n)]
         ids = [p.token_ids for p in flat]

@@ -74,6 +74,9 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 NO_EOS = "<|bench_no_eos|>"
+# Parallax's hf engine draws by inverse CDF, torch's multinomial's distribution for a 14th of its CPU at 49k
+# tokens (the real-model experiments' `rollout.sampler`; parallax/engines/sampling.py)
+SAMPLER = "inverse_cdf"
 
 
 # ---- shared inputs -------------------------------------------------------------------------
@@ -244,6 +247,7 @@ class ParallaxSide:
             f"rollout.dtype={args.rollout_dtype}", f"learner.zero_stage={args.zero_stage}",
             "learner.adam_impl=fused",  # TRL's AdamW is transformers' default, torch's fused kernel
             "rollout.weight_sync.cpu_handoff=true",  # the engine shares the learner's node: shared memory
+            f"rollout.sampler={SAMPLER}",
         ]
         if args.engine == "vllm":  # the CPU build's settings (conf/rollout/vllm_cpu.yaml), then this run's
             overrides.insert(0, "rollout=vllm_cpu")
@@ -380,7 +384,7 @@ def main() -> None:
             ray.shutdown()
         results = {name: side.summary() for name, side in sides.items()} | {"trl": trl}
         load["end"] = os.getloadavg()
-        limits = phase_limits(args, base, results) if args.limits else None
+        limits = phase_limits(args, base, no_eos, results) if args.limits else None
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -422,14 +426,22 @@ def main() -> None:
     print(json.dumps(out))
 
 
-def phase_limits(args, base: Path, results: dict) -> dict:
+def phase_limits(args, base: Path, no_eos: Path, results: dict) -> dict:
     """Each Parallax phase against this machine's bound for it (bench/limits.py), measured here after the
     sides closed: generation against L decode steps each reading the engine's weights once, the learners'
-    update against plain transformers at the same rows x tokens and precision, the sync against a memcpy of
-    the bytes it sent. A ratio of 1 is the bound; the table says how far each phase is from it."""
+    update against plain transformers at the same rows x tokens and precision (and at the pipelined learner's
+    threads: it has the cores generation leaves), the sync against a memcpy of the bytes it sent. A ratio of 1
+    is the bound; the table says how far each phase is from it. Then where the hf engine's generation time
+    goes (`limits.decode_breakdown`): the model's forward, split by op kind, and the engine's own rest."""
     from statistics import mean
 
-    from limits import decode_bound_s, memcpy_s, memory_bandwidth_gbs, plain_update  # bench/limits.py, beside this
+    from limits import (  # bench/limits.py, beside this
+        decode_bound_s,
+        decode_breakdown,
+        memcpy_s,
+        memory_bandwidth_gbs,
+        plain_update,
+    )
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(base)
@@ -440,24 +452,43 @@ def phase_limits(args, base: Path, results: dict) -> dict:
     bw = memory_bandwidth_gbs(args.limits_mib)
     weight_bytes = int(results["parallax"]["sync_bytes"])  # the engine's weights, in its dtype
     bound = decode_bound_s(weight_bytes, length, bw)
-    plain = plain_update(base, rows, prompt_tokens, length, args.bf16)
+    plain = plain_update(base, rows, prompt_tokens, length, args.bf16, threads=args.threads)
+    piped_threads = args.piped_threads[1]
+    plain_piped = plain_update(base, rows, prompt_tokens, length, args.bf16, threads=piped_threads)
     copy = memcpy_s(weight_bytes)
     out = {"bandwidth_gbs": round(bw, 2), "weight_bytes": weight_bytes, "prompt_tokens": prompt_tokens,
            "decode_bound_s": round(bound, 4), "plain_update_s": round(plain["s"], 4),
-           "plain_update_gflops": round(plain["gflops"], 1), "memcpy_s": round(copy, 5)}
+           "plain_update_gflops": round(plain["gflops"], 1), "memcpy_s": round(copy, 5),
+           f"plain_update_s_{piped_threads}_threads": round(plain_piped["s"], 4)}
     lines = [(f"limits: bandwidth {bw:.1f} GB/s, plain update {plain['s']:.3f} s ({plain['gflops']:.0f} GFLOP/s at "
               f"{rows} rows x {prompt_tokens}+{length} tokens), memcpy of {weight_bytes / 2**20:.0f} MiB "
               f"{copy * 1e3:.1f} ms, decode bound {bound:.3f} s"),
-             f"{'side':>9} {'generate / bound':>17} {'update / plain':>15} {'sync / memcpy':>14}"]
+             (f"{'side':>9} {'generate / bound':>17} {'update / plain':>15} {'at its threads':>15} "
+              f"{'sync / memcpy':>14}")]
     for name in [n for n in ("parallax", "piped") if n in results]:
         t = results[name]["timing"]
+        own = plain_piped if name == "piped" else plain
         ratios = {"generate_over_bound": t.get("timing/generate", float("nan")) / bound,
                   "update_over_plain": t.get("timing/update", float("nan")) / plain["s"],
+                  "update_over_plain_at_its_threads": t.get("timing/update", float("nan")) / own["s"],
                   "sync_over_memcpy": t.get("timing/sync", float("nan")) / copy}
         out[name] = {k: round(v, 2) for k, v in ratios.items()}
         note = "  (generation overlapped: its wait)" if name == "piped" else ""
         lines.append(f"{name:>9} {ratios['generate_over_bound']:>17.1f} {ratios['update_over_plain']:>15.2f} "
-                     f"{ratios['sync_over_memcpy']:>14.1f}{note}")
+                     f"{ratios['update_over_plain_at_its_threads']:>15.2f} {ratios['sync_over_memcpy']:>14.1f}{note}")
+    if args.engine == "hf":
+        dec = decode_breakdown(no_eos, rows, prompt_tokens, length, args.rollout_dtype or "float32", args.threads,
+                               sampler=SAMPLER)
+        step_bound = bound / length
+        parts = dec["step_parts_s"]
+        out["decode"] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in dec.items() if k != "step_parts_s"}
+        out["decode"]["step_parts_s"] = {k: round(v, 5) for k, v in parts.items()}
+        lines.append(
+            f"hf engine, {rows} rows x {length} tokens alone: generate {dec['generate_s']:.2f} s = prefill "
+            f"{dec['prefill_s']:.2f} + {length - 1} decode steps {dec['decode_s']:.2f} + sampling and the rest "
+            f"{dec['engine_rest_s']:.2f}; a decode step {dec['step_forward_s'] * 1e3:.1f} ms against its "
+            f"bandwidth bound {step_bound * 1e3:.1f} ms: " + ", ".join(
+                f"{k.replace('_', ' ')} {v * 1e3:.1f}" for k, v in parts.items()) + " ms")
     out["table"] = "\n".join(lines)
     return out
 

@@ -54,7 +54,7 @@ def memcpy_s(nbytes: int, repeat: int = 5) -> float:
 
 
 def plain_update(model_dir: str | Path, rows: int, prompt_tokens: int, completion_tokens: int, bf16: bool,
-                 repeat: int = 3) -> dict:
+                 repeat: int = 3, threads: int | None = None) -> dict:
     """One update of `rows` rows of `prompt_tokens + completion_tokens` tokens, the loss over the completion
     tokens: best seconds of forward + backward + AdamW step, and the FLOP/s that makes (6 x params x tokens)."""
     import torch
@@ -75,8 +75,88 @@ def plain_update(model_dir: str | Path, rows: int, prompt_tokens: int, completio
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    s = best_of(step, repeat)
+    was = torch.get_num_threads()
+    torch.set_num_threads(threads or was)
+    try:
+        s = best_of(step, repeat)
+    finally:
+        torch.set_num_threads(was)
     return {"s": s, "params": params, "tokens": rows * length, "gflops": 6 * params * rows * length / s / 1e9}
+
+
+# torch op names -> the part of a decode step they are
+_KINDS = (("matmul", ("aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "aten::bmm")),
+          ("attention", ("aten::scaled_dot_product", "aten::_scaled_dot_product", "aten::_flash_attention")))
+
+
+def decode_breakdown(model_dir: str | Path, rows: int, prompt_tokens: int, steps: int, dtype: str = "bfloat16",
+                     threads: int = 2, seed: int = 0, sampler: str = "multinomial") -> dict:
+    """Where the hf engine's generation time goes, at `rows` rows of `prompt_tokens` + `steps` tokens, in
+    `dtype`, on `threads` torch threads: `HFEngine.generate` as the rollout actor runs it (with `sampler`;
+    `model_dir`'s EOS must be unreachable, as bench_peer's copy makes it, so every row runs `steps` steps)
+    against its model's own work, the prefill and the decode steps through the same `KVDecoder` with nothing
+    else; the rest is the engine's per-step sampling and bookkeeping. One decode step's forward is split by
+    torch's profiler into matmuls (the weights' one read: the bandwidth bound's part), attention, the other
+    ops (norms, rotary, activations, copies), and what no op accounts for (Python and dispatch)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from parallax.contract.batch import SamplingParams
+    from parallax.engines.decode_kv import KVDecoder
+    from parallax.engines.hf import HFEngine
+
+    was = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        engine = HFEngine(str(model_dir), dtype=dtype)
+        vocab = engine.model.get_output_embeddings().weight.shape[0]
+        g = torch.Generator().manual_seed(seed)
+        prompts = torch.randint(100, vocab, (rows, prompt_tokens), generator=g).tolist()
+        params = SamplingParams(max_new_tokens=steps, temperature=1.0, seed=seed, sampler=sampler)
+        engine.generate(prompts, params)  # warm-up
+        t0 = time.perf_counter()
+        done = engine.generate(prompts, params)
+        generate = time.perf_counter() - t0
+        if any(len(c.token_ids) != steps for c in done):
+            raise ValueError(f"{model_dir}: a row stopped before {steps} tokens (its EOS must be unreachable)")
+        ids = torch.tensor(prompts)
+        mask, pos = torch.ones_like(ids), torch.arange(prompt_tokens).expand(rows, -1)
+        nxt = torch.tensor([c.token_ids for c in done])  # the engine's own tokens, fed back step by step
+
+        def model_only() -> tuple[float, float]:
+            with torch.no_grad():
+                dec = KVDecoder(engine.model)
+                t = time.perf_counter()
+                dec.prefill(ids, mask, pos)
+                pre, t = time.perf_counter() - t, time.perf_counter()
+                for i in range(steps - 1):
+                    dec.step(nxt[:, i:i + 1], pos[:, -1:] + 1 + i)
+                return pre, time.perf_counter() - t
+
+        model_only()
+        prefill, decode = model_only()
+        with torch.no_grad():
+            dec = KVDecoder(engine.model)
+            dec.prefill(ids, mask, pos)
+            dec.step(nxt[:, :1], pos[:, -1:] + 1)
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                t = time.perf_counter()
+                for i in range(1, steps - 1):
+                    dec.step(nxt[:, i:i + 1], pos[:, -1:] + 1 + i)
+                wall = time.perf_counter() - t
+        parts = {"matmul": 0.0, "attention": 0.0, "other_ops": 0.0}
+        for e in prof.key_averages():
+            if e.key.startswith("aten::"):  # self time of every op, each counted once
+                kind = next((k for k, names in _KINDS if e.key.startswith(names)), "other_ops")
+                parts[kind] += e.self_cpu_time_total / 1e6
+        profiled = max(1, steps - 2)
+        per_step = {k: v / profiled for k, v in parts.items()}
+        per_step["python_and_dispatch"] = max(0.0, wall / profiled - sum(per_step.values()))
+    finally:
+        torch.set_num_threads(was)
+    return {"generate_s": generate, "prefill_s": prefill, "decode_s": decode, "steps": steps, "rows": rows,
+            "engine_rest_s": generate - prefill - decode, "step_forward_s": decode / max(1, steps - 1),
+            "step_parts_s": per_step, "threads": threads, "dtype": dtype}
 
 
 def decode_bound_s(weight_bytes: int, steps: int, bandwidth_gbs: float) -> float:

@@ -277,7 +277,7 @@ class CollectiveSync:
                            "collective" if i in grouped else "object_store" for i in range(n)}
         if self.handoff:
             print("weight sync: " + ", ".join(f"rollout_{i} from learner_{r}" for i, r in self.handoff.items())
-                  + " on their own GPU (hand-off)", flush=True)
+                  + " on their own device or node (hand-off)", flush=True)
         # sent in the engines' dtype when they agree on one (bf16 engines: half an fp32 learner's bytes);
         # engines that differ each cast what they receive
         dtypes = {got[f"rollout_{i}"][1] for i in range(n)}

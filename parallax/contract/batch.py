@@ -28,6 +28,10 @@ class SamplingParams:
     # are still reported at `temperature`.
     greedy: bool = False
     seed: int = 0
+    # How the hf engine and the KV executor draw a token (`parallax.engines.sampling.draw`): multinomial
+    # (torch's) | inverse_cdf (the same distribution for a 14th of the CPU at a 49k vocabulary; other tokens
+    # from one seed). vLLM samples with its own.
+    sampler: str = "multinomial"
 
 
 @dataclass

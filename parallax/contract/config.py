@@ -116,6 +116,9 @@ class RolloutConfig:
     n: int = 8
     temperature: float = 1.0
     top_p: float = 1.0
+    # How the hf engine draws a token: multinomial (torch's) | inverse_cdf (the same distribution, a 14th of the
+    # CPU at SmolLM2's vocabulary; other tokens from one seed): parallax.engines.sampling.draw. vLLM ignores it.
+    sampler: str = "multinomial"
     max_new_tokens: int = 64
     # Prompts decoded together in one engine batch.
     max_batch_size: int = 256
@@ -150,6 +153,8 @@ class RolloutConfig:
         _check(self.n >= 1, "rollout.n", "must be >= 1")
         _check(self.temperature > 0, "rollout.temperature", "must be > 0")
         _check(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
+        _check(self.sampler in ("multinomial", "inverse_cdf"), "rollout.sampler",
+               f"must be multinomial or inverse_cdf, got {self.sampler!r}")
         _check(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
         _check(self.dtype in (None, "auto", *DTYPES), "rollout.dtype",
                f"unknown dtype {self.dtype!r}; valid: null (model.dtype), auto, {', '.join(DTYPES)}")

@@ -14,6 +14,7 @@ import torch
 
 from parallax.contract.batch import Completion, SamplingParams
 from parallax.engines.decode_kv import KVDecoder
+from parallax.engines.sampling import draw as draw_token
 from parallax.engines.sampling import grammar_draw, left_pad, top_p_filter
 from parallax.weightsync.receive import copy_into, load_state, receive
 
@@ -166,7 +167,7 @@ class HFEngine:
                 d = x.log_softmax(-1) if (processor is not None or states is not None) else logp[rows]
                 if params.greedy:
                     return d.argmax(-1)
-                return torch.multinomial(d.exp().cpu(), 1, generator=gen).squeeze(-1).to(self.device)
+                return draw_token(d.exp(), gen, params.sampler).to(self.device)
 
             live = None if states is None else [st if not bool(done[b]) else None for b, st in enumerate(states)]
             nxt = draw(list(range(B)), logits) if live is None else grammar_draw(logits, live, self._masker, draw,

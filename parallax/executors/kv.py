@@ -268,4 +268,4 @@ class KVExecutor(ExecutorBase):
             x = self.processor([r.view() for r in rows], x)
         if p.top_p < 1.0:
             x = top_p_filter(x, p.top_p)
-        return sample(x, p.greedy, self._gen)
+        return sample(x, p.greedy, self._gen, p.sampler)

@@ -257,6 +257,12 @@ def test_bench_peer():
     assert r["bf16"] is True and r["rollout_dtype"] == "bfloat16" and r["zero_stage"] == 0, run.why()
     # the fp32 learner's weights reach the bf16 engine in bf16: 2 bytes a parameter, the tied pair once
     assert r["parallax_sync_bytes"] == 2 * r["model_params"], run.why("not sent in the engine's dtype")
+    # the phase report: each side against its bound, and where the hf engine's generation time goes
+    lim = r["limits"]
+    assert lim["plain_update_s"] > 0 and lim["parallax"]["update_over_plain"] > 0, run.why()
+    dec = lim["decode"]
+    assert dec["rows"] == prompts * generations and dec["steps"] == length, run.why()
+    assert dec["generate_s"] > 0 and dec["decode_s"] > 0 and dec["step_parts_s"]["matmul"] > 0, run.why()
 
 
 def test_bench_perturb(tiny_model_path):
@@ -305,11 +311,11 @@ def test_bench_sync():  # no TMPDIR: Ray's socket paths live there (length limit
     run = bench("bench_sync.py", "--model", "tiny", "--repeat", "1", "--bucket-mb", "1", timeout=480)
     r = check(run, "sync", ("model", "engine", "rows", "object_store_over_collective"))
     rows = {x["method"]: x for x in r["rows"]}
-    assert set(rows) == {"object_store", "collective", "collective_delta"}, run.why()
+    assert set(rows) == {"object_store", "collective", "collective_delta", "cpu_handoff"}, run.why()
     assert all(x["equal"] is True for x in rows.values()), run.why("the engine's weights differ from the learner's")
     # the tied lm_head goes once over the group; the object store carries both names
     assert 0 < rows["collective"]["bytes"] < rows["object_store"]["bytes"], run.why()
-    assert rows["collective"]["bytes"] == rows["collective"]["dense_bytes"], run.why()
+    assert rows["collective"]["bytes"] == rows["collective"]["dense_bytes"] == rows["cpu_handoff"]["bytes"], run.why()
     # after an update, the delta carries the bf16 elements that changed: some, and fewer than all
     assert 0 < rows["collective_delta"]["bytes"] < rows["collective"]["bytes"], run.why("the delta sent everything")
     assert rows["collective"]["buckets"] > 1, run.why("1 MiB buckets: the tiny model takes several")

@@ -22,6 +22,7 @@ from parallax.contract.data import DataConfig, FormatOptions  # noqa: F401 -- im
 from parallax.contract.engine import VLLMConfig, WeightSyncConfig
 from parallax.contract.errors import MISSING, ConfigError, _check, _check_resources, _check_reward  # noqa: F401
 from parallax.contract.learner import LearnerConfig, LoraConfig  # noqa: F401 -- importable from here
+from parallax.contract.ranges import check_section
 from parallax.contract.scale import ScaleConfig, apply_scale
 from parallax.tinylm import TinyModelConfig
 
@@ -43,6 +44,7 @@ class ModelConfig:
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
+        check_section(self, "model")
         _check(self.dtype in DTYPES, "model.dtype", f"unknown dtype {self.dtype!r}")
         if self.path is not None and self.package is None:
             import os
@@ -93,13 +95,11 @@ class ExecutorConfig:
     thread_headers: bool = True
 
     def __post_init__(self) -> None:
+        check_section(self, "rollout.executor")
         _check(self.mode in ("off", "sequential", "executed"), "rollout.executor.mode",
                f"unknown mode {self.mode!r}; valid: off, sequential, executed")
-        _check(self.max_branches >= 1, "rollout.executor.max_branches", "must be >= 1")
         _check(1 <= self.num_paths <= self.max_branches, "rollout.executor.num_paths",
                "need 1 <= num_paths <= max_branches")
-        _check(self.max_branch_tokens >= 2, "rollout.executor.max_branch_tokens",
-               "must leave room for the closing tag (>= 2)")
         _check(self.dispatch in ("auto", "kv", "requests"), "rollout.executor.dispatch",
                f"unknown dispatch {self.dispatch!r}; valid: auto, kv, requests")
         _check(self.driver in ("auto", "rounds", "async"), "rollout.executor.driver",
@@ -144,18 +144,14 @@ class RolloutConfig:
     weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)
 
     def __post_init__(self) -> None:
+        check_section(self, "rollout")
         if self.engine == "auto":
             from importlib.util import find_spec
 
             self.engine = "vllm" if find_spec("vllm") is not None else "hf"
-        _check(self.num_actors >= 1, "rollout.num_actors", "must be >= 1")
         _check_resources("rollout.resources", self.resources)
-        _check(self.n >= 1, "rollout.n", "must be >= 1")
-        _check(self.temperature > 0, "rollout.temperature", "must be > 0")
-        _check(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _check(self.sampler in ("multinomial", "inverse_cdf"), "rollout.sampler",
                f"must be multinomial or inverse_cdf, got {self.sampler!r}")
-        _check(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
         _check(self.dtype in (None, "auto", *DTYPES), "rollout.dtype",
                f"unknown dtype {self.dtype!r}; valid: null (model.dtype), auto, {', '.join(DTYPES)}")
         _check(self.engine != "hf" or self.executor.driver != "async", "rollout.executor.driver",
@@ -199,6 +195,7 @@ class RewardConfig:
     rho_clip: float | None = None
 
     def __post_init__(self) -> None:
+        check_section(self, "reward")
         _check_resources("reward.resources", self.resources)
         self.params = dict(self.params)
         for key in REWARD_SHORTCUTS:
@@ -268,15 +265,9 @@ class TrainerConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _check(self.sft_batch_size >= 1, "trainer.sft_batch_size", "must be >= 1 (a batch size)")
-        _check(self.prompts_per_step >= 1, "trainer.prompts_per_step", "must be >= 1 (a batch size)")
-        _check(self.save_every >= 0, "trainer.save_every", "must be >= 0")
-        _check(self.keep_checkpoints >= 0, "trainer.keep_checkpoints", "must be >= 0 (0 keeps all)")
+        check_section(self, "trainer")
         _check(self.lost_checkpoint in ("save", "stop"), "trainer.lost_checkpoint",
                f"save or stop, got {self.lost_checkpoint!r}")
-        _check(self.eval_every >= 0, "trainer.eval_every", "must be >= 0")
-        _check(self.eval_samples >= 0, "trainer.eval_samples", "must be >= 0")
-        _check(self.eval_limit >= 1, "trainer.eval_limit", "must be >= 1")
         _check(self.eval_samples > 0 or self.eval_greedy, "trainer.eval_greedy",
                "must be true when trainer.eval_samples is 0 (nothing to evaluate)")
 
@@ -310,7 +301,7 @@ class ClusterConfig:
     start_timeout_s: float = 1200.0
 
     def __post_init__(self) -> None:
-        _check(self.num_cpus >= 1, "cluster.num_cpus", "must be >= 1")
+        check_section(self, "cluster")
         _check(self.placement_strategy in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
                "cluster.placement_strategy", f"unknown strategy {self.placement_strategy!r}")
 
@@ -332,9 +323,9 @@ class LoggingConfig:
     print_every: int = 10
 
     def __post_init__(self) -> None:
+        check_section(self, "logging")
         _check(self.wandb_mode in ("offline", "online", "disabled"), "logging.wandb_mode",
                f"unknown mode {self.wandb_mode!r}")
-        _check(self.print_every >= 0, "logging.print_every", f"must be >= 0, got {self.print_every}")
 
 
 @dataclass

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parallax.contract.errors import _check
+from parallax.contract.ranges import check_section
 
 
 @dataclass
@@ -73,8 +74,7 @@ class DataConfig:
     format_options: FormatOptions = field(default_factory=lambda: FormatOptions())
 
     def __post_init__(self) -> None:
-        _check(self.n_train > 0, "data.n_train", "must be positive")
-        _check(self.n_test > 0, "data.n_test", "must be positive")
+        check_section(self, "data")
         if isinstance(self.difficulty, str):  # the command line's text form: "2", "1,2,3", "subtask:1,mul:2/3"
             from parallax.toyworld import as_difficulty
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parallax.contract.errors import _check
+from parallax.contract.ranges import check_section
 
 
 @dataclass
@@ -28,12 +29,7 @@ class VLLMConfig:
     logits_processors: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        _check(self.tensor_parallel_size >= 1, "rollout.vllm.tensor_parallel_size", "must be >= 1")
-        _check(0 < self.gpu_memory_utilization <= 1, "rollout.vllm.gpu_memory_utilization", "must be in (0, 1]")
-        _check(self.max_model_len is None or self.max_model_len >= 16, "rollout.vllm.max_model_len",
-               "must be null or >= 16")
-        _check(self.cpu_kvcache_gib >= 1, "rollout.vllm.cpu_kvcache_gib",
-               "must be >= 1 (whole GiB: VLLM_CPU_KVCACHE_SPACE is an integer)")
+        check_section(self, "rollout.vllm")
 
     def engine_kwargs(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -67,9 +63,8 @@ class WeightSyncConfig:
     cpu_handoff: bool = False
 
     def __post_init__(self) -> None:
+        check_section(self, "rollout.weight_sync")
         _check(self.method in ("collective", "object_store"), "rollout.weight_sync.method",
                f"must be collective or object_store, got {self.method!r}")
         _check(self.backend in ("auto", "gloo", "nccl"), "rollout.weight_sync.backend",
                f"must be auto, gloo or nccl, got {self.backend!r}")
-        _check(self.bucket_mb >= 1, "rollout.weight_sync.bucket_mb", "must be >= 1 (MiB)")
-        _check(self.timeout_s > 0, "rollout.weight_sync.timeout_s", "must be > 0 (seconds)")

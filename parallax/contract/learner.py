@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from parallax.contract.errors import _check, _check_resources
+from parallax.contract.ranges import check_section
 
 
 @dataclass
@@ -33,9 +34,7 @@ class LoraConfig:
     train_tags: bool = True
 
     def __post_init__(self) -> None:
-        _check(self.r >= 0, "learner.lora.r", f"must be >= 0 (0: off), got {self.r}")
-        _check(self.alpha > 0, "learner.lora.alpha", f"must be > 0, got {self.alpha}")
-        _check(0 <= self.dropout < 1, "learner.lora.dropout", f"must be in [0, 1), got {self.dropout}")
+        check_section(self, "learner.lora")
         names = list(self.target_modules)
         _check(bool(names) and all(isinstance(n, str) and n for n in names), "learner.lora.target_modules",
                f"must be a non-empty list of module names, got {names}")
@@ -131,20 +130,10 @@ class LearnerConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
-        _check(self.num_actors >= 1, "learner.num_actors", "must be >= 1")
+        check_section(self, "learner")
         _check_resources("learner.resources", self.resources)
-        _check(self.sft_pack_length >= 1, "learner.sft_pack_length", "must be >= 1")
-        _check(self.zero_stage in (0, 1, 2, 3), "learner.zero_stage", f"must be 0-3, got {self.zero_stage}")
-        _check(self.lr > 0, "learner.lr", "must be > 0")
-        _check(self.sft_lr > 0, "learner.sft_lr", "must be > 0")
-        _check(self.micro_batch_size >= 1, "learner.micro_batch_size", "must be >= 1")
-        _check(self.adam_eps > 0, "learner.adam_eps", f"must be > 0, got {self.adam_eps}")
-        for key in ("clip_ratio_low", "clip_ratio_high"):
-            v = getattr(self, key)
-            _check(0 < v <= 1, f"learner.{key}", f"must be in (0, 1], got {v}")
         _check(self.loss_agg_mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"),
                "learner.loss_agg_mode", f"unknown mode {self.loss_agg_mode!r}")
-        _check(self.kl_coef >= 0, "learner.kl_coef", "must be >= 0")
         _check(self.rollout_is in ("off", "token", "sequence"), "learner.rollout_is",
                f"must be off, token or sequence, got {self.rollout_is!r}")
         _check(self.rollout_is_mode in ("truncate", "mask"), "learner.rollout_is_mode",

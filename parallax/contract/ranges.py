@@ -5,7 +5,9 @@
   mappings (`reward.params`, a stage's `reward_params`) are the rewards' to check.
 * `check_ranges(obj)`: every int and float field has an entry in `RANGES`; a value outside it, and
   a float that is not finite, is refused naming the key. Keys inside mappings and lists use `*`
-  (`curriculum.stages.*.lr`); the error names the real one (`curriculum.stages.rl.lr`).
+  (`curriculum.stages.*.lr`); the error names the real one (`curriculum.stages.rl.lr`). Each section
+  calls it on itself when built (`check_section`), so a range is stated here only, never in a
+  `__post_init__`.
 
 `tests/contract/test_config_ranges.py` walks every numeric field with a bad value, and fails when a
 new field has no range here.
@@ -89,8 +91,8 @@ RANGES: dict[str, Range] = {
     # learner
     "learner.num_actors": COUNT, "learner.zero_stage": Range(0, 3), "learner.lr": gt(0),
     "learner.weight_decay": NONNEG, "learner.betas.*": unit(hi_open=True), "learner.adam_eps": gt(0),
-    "learner.grad_clip": gt(0), "learner.micro_batch_size": COUNT, "learner.clip_ratio_low": unit(hi_open=True),
-    "learner.clip_ratio_high": NONNEG, "learner.kl_coef": NONNEG, "learner.ppo_epochs": COUNT,
+    "learner.grad_clip": gt(0), "learner.micro_batch_size": COUNT, "learner.clip_ratio_low": unit(lo_open=True),
+    "learner.clip_ratio_high": unit(lo_open=True), "learner.kl_coef": NONNEG, "learner.ppo_epochs": COUNT,
     "learner.rollout_is_cap": gt(1), "learner.ppo_mini_batches": COUNT,
     "learner.num_cpus": gt(0), "learner.num_gpus": NONNEG, "learner.torch_threads": COUNT, "learner.sft_lr": gt(0),
     "learner.sft_weight_decay": NONNEG, "learner.sft_warmup_ratio": unit(), "learner.sft_pack_length": COUNT,
@@ -206,6 +208,13 @@ def check_ranges(obj: Any, prefix: str = "", pattern: str = "") -> None:
                     _check_number(item, f"{full}.{i}", f"{pat}.*")
         else:
             _check_number(v, full, pat)
+
+
+def check_section(obj: Any, key: str) -> None:
+    """`check_ranges` of one config section (`key`: its place, as `learner.lora`), from its own
+    `__post_init__`: a section built directly (a script, a test) meets the same `RANGES` as a composed run,
+    and no section states a range of its own."""
+    check_ranges(obj, f"{key}.", f"{key}.")
 
 
 def _check_number(v: Any, key: str, pattern: str) -> None:

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from parallax.contract.errors import _check
+from parallax.contract.ranges import check_section
 
 
 @dataclass
@@ -27,8 +28,7 @@ class ScaleConfig:
     max_rollout_n: int = 0
 
     def __post_init__(self) -> None:
-        for k in ("max_stage_steps", "max_prompts", "max_sft_batch", "max_rollout_n"):
-            _check(getattr(self, k) >= 0, f"scale.{k}", "must be >= 0")
+        check_section(self, "scale")
 
 
 def _cap(x, cap: int):

@@ -28,8 +28,20 @@ KINDS = ("sft", "rl")
 LR_SCHEDULES = ("constant", "cosine")
 
 
+# Each numeric setting's range, (lo, hi, lo_open, hi_open) with None unbounded: the stage checks itself against
+# it, and the config's schema (`parallax.contract.ranges`, `curriculum.stages.*.<key>`) reads it from here.
+STAGE_RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
+    "steps": (0, None, False, False), "epochs": (0, None, True, False), "batch_size": (1, None, False, False),
+    "rollout_n": (1, None, False, False), "lr": (0, None, True, False), "weight_decay": (0, None, False, False),
+    "warmup_ratio": (0, 1, False, True),
+}
+
+
 @dataclass(frozen=True)
 class Stage:
+    """One stage. Its fields but `name` are also the config's (`curriculum.stages.<name>.<field>`): the Hydra
+    schema `parallax.contract.curriculum.StageConfig` is made from them, so each is stated here once."""
+
     name: str
     kind: str  # "sft" | "rl"
     # Step budget: the stage ends after this many steps at the latest (0: skipped).
@@ -40,7 +52,8 @@ class Stage:
     reward_params: dict[str, Any] = field(default_factory=dict)
     # Reward schedule over the stage's steps (S2 alternation, scaffold switch); excludes `reward`.
     schedule: tuple[Phase, ...] = ()
-    # Data source (a loader name: toyworld, gsm8k_train, dapo_math_17k, parallel_gsm8k); None: run's data.
+    # Data source (a loader name: toyworld, gsm8k_train, dapo_math_17k, parallel_gsm8k; for an SFT stage also a
+    # trajectories file, .jsonl/.json/.parquet: builder output or verl's SFT parquet); None: the run's `data`.
     data: str | None = None
     # Earlier ends: after this many epochs of `data` (metric data/epoch), or when a predicate fires.
     epochs: float | None = None
@@ -91,19 +104,19 @@ def _problems(s: Stage) -> list[str]:
         out.append("a stage needs a name")
     if s.kind not in KINDS:
         out.append(f"kind must be 'sft' or 'rl', got {s.kind!r}")
-    if s.steps < 0:
-        out.append(f"steps must be >= 0, got {s.steps}")
     if s.reward and s.schedule:
         out.append("give either reward or schedule, not both")
     if s.kind == "sft" and (s.reward or s.schedule or s.rollout_n is not None):
         out.append("an sft stage takes no reward, schedule or rollout_n")
     if s.reward_params and not s.reward:
         out.append("reward_params given without a reward name")
-    checks = [("epochs", s.epochs, lambda v: v > 0, "> 0"), ("batch_size", s.batch_size, lambda v: v >= 1, ">= 1"),
-              ("rollout_n", s.rollout_n, lambda v: v >= 1, ">= 1"), ("lr", s.lr, lambda v: v > 0, "> 0"),
-              ("weight_decay", s.weight_decay, lambda v: v >= 0, ">= 0"),
-              ("warmup_ratio", s.warmup_ratio, lambda v: 0 <= v < 1, "in [0, 1)")]
-    out += [f"{key} must be {want}, got {v}" for key, v, ok, want in checks if v is not None and not ok(v)]
+    for key, (lo, hi, lo_open, hi_open) in STAGE_RANGES.items():
+        v = getattr(s, key)
+        below = v is not None and lo is not None and (v <= lo if lo_open else v < lo)
+        if below or (v is not None and hi is not None and (v >= hi if hi_open else v > hi)):
+            want = " and ".join(x for x in (None if lo is None else f"{'>' if lo_open else '>='} {lo:g}",
+                                            None if hi is None else f"{'<' if hi_open else '<='} {hi:g}") if x)
+            out.append(f"{key} must be {want}, got {v}")
     if s.lr_schedule is not None and s.lr_schedule not in LR_SCHEDULES:
         out.append(f"lr_schedule must be one of {LR_SCHEDULES}, got {s.lr_schedule!r}")
     return out

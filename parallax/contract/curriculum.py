@@ -39,30 +39,32 @@ class PredicateConfig:
     patience: int = 1
 
 
-@dataclass
-class StageConfig:
-    # sft | rl
-    kind: str = "rl"
-    # Step budget (0 skips the stage).
-    steps: int = 0
-    # Reward registry name and params; null (and no schedule): the run's `reward` config.
-    reward: str | None = None
-    reward_params: dict[str, Any] = field(default_factory=dict)
-    # Reward schedule over the stage's steps (S2 alternation, scaffold switch); excludes `reward`.
-    schedule: list[PhaseConfig] = field(default_factory=list)
-    # Data source by loader name (toyworld, gsm8k_train, dapo_math_17k, parallel_gsm8k), or for an SFT
-    # stage a trajectories file (.jsonl/.json/.parquet: builder output, verl SFT parquet); null: `data`.
-    data: str | None = None
-    # Early ends: after `epochs` of the stage's data (metric data/epoch), or a metric predicate.
-    epochs: float | None = None
-    until: list[PredicateConfig] = field(default_factory=list)
-    # Per-stage hyperparameters; null: trainer.* / learner.* / rollout.* of the run.
-    batch_size: int | None = None
-    rollout_n: int | None = None
-    lr: float | None = None
-    weight_decay: float | None = None
-    warmup_ratio: float | None = None
-    lr_schedule: str | None = None
+def _stage_config() -> type:
+    """`StageConfig`, the Hydra schema of one stage: `curricula.Stage`'s fields but its name (their meaning and
+    ranges are stated there), each as the config holds it: a schedule a list of `PhaseConfig`, early ends a list
+    of `PredicateConfig`; `kind` defaults to rl and `steps` to 0."""
+    import typing
+
+    from curricula.stage import Stage
+
+    hints, fields = typing.get_type_hints(Stage), []
+    as_config = {"schedule": list[PhaseConfig], "until": list[PredicateConfig]}
+    for f in dataclasses.fields(Stage):
+        if f.name == "name":
+            continue
+        if f.name in as_config:
+            fields.append((f.name, as_config[f.name], field(default_factory=list)))
+        elif f.default_factory is not dataclasses.MISSING:
+            fields.append((f.name, hints[f.name], field(default_factory=f.default_factory)))
+        else:
+            default = {"kind": "rl", "steps": 0}.get(f.name, f.default)
+            fields.append((f.name, hints[f.name], field(default=default)))
+    cls = dataclasses.make_dataclass("StageConfig", fields)
+    cls.__module__ = __name__  # where it is found by name (pickling, OmegaConf's errors)
+    return cls
+
+
+StageConfig = _stage_config()
 
 
 @dataclass

@@ -23,6 +23,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from curricula.stage import STAGE_RANGES
 from parallax.contract.errors import ConfigError
 
 
@@ -105,9 +106,8 @@ RANGES: dict[str, Range] = {
     "trainer.seed": SEED,
     "trainer.max_failures": NONNEG, "trainer.max_staleness": NONNEG, "trainer.dynamic_sampling_rounds": NONNEG,
     # curriculum
-    "curriculum.stages.*.steps": NONNEG, "curriculum.stages.*.epochs": gt(0), "curriculum.stages.*.batch_size": COUNT,
-    "curriculum.stages.*.rollout_n": COUNT, "curriculum.stages.*.lr": gt(0), "curriculum.stages.*.weight_decay": NONNEG,
-    "curriculum.stages.*.warmup_ratio": unit(), "curriculum.stages.*.schedule.*.steps": COUNT,
+    **{f"curriculum.stages.*.{k}": Range(*r) for k, r in STAGE_RANGES.items()},  # the stage's own (curricula)
+    "curriculum.stages.*.schedule.*.steps": COUNT,
     "curriculum.stages.*.schedule.*.cycle.*.steps": COUNT,
     "curriculum.stages.*.until.*.value": Range(), "curriculum.stages.*.until.*.min_steps": NONNEG,
     "curriculum.stages.*.until.*.patience": COUNT,

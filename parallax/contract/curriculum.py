@@ -13,58 +13,44 @@ from typing import Any
 from parallax.contract.errors import MISSING, ConfigError, _check, _check_reward
 
 
-@dataclass
-class SlotConfig:
-    # One entry of a reward cycle: this reward (registry name) for `steps` consecutive steps.
-    reward: str = MISSING
-    params: dict[str, Any] = field(default_factory=dict)
-    steps: int = 1
-
-
-@dataclass
-class PhaseConfig:
-    # Phase length in stage steps; null: until the stage ends (last phase only).
-    steps: int | None = None
-    # Rewards repeated in order through the phase (window = sum of slot steps).
-    cycle: list[SlotConfig] = field(default_factory=list)
-
-
-@dataclass
-class PredicateConfig:
-    # End the stage early when `metric op value` holds for `patience` consecutive steps.
-    metric: str = MISSING
-    op: str = ">="
-    value: float = MISSING
-    min_steps: int = 0
-    patience: int = 1
-
-
-def _stage_config() -> type:
-    """`StageConfig`, the Hydra schema of one stage: `curricula.Stage`'s fields but its name (their meaning and
-    ranges are stated there), each as the config holds it: a schedule a list of `PhaseConfig`, early ends a list
-    of `PredicateConfig`; `kind` defaults to rl and `steps` to 0."""
+def schema(runtime: type, nested: dict[str, Any] | None = None, defaults: dict[str, Any] | None = None,
+           skip: tuple[str, ...] = ()) -> type:
+    """The Hydra schema of a `curricula` dataclass, made from its own fields (their meaning and checks are stated
+    there, once): the same names, types and defaults, but `nested` (a tuple of runtime records -> a list of
+    their schema, empty by default), `defaults` (where the config gives one the runtime class does not), and
+    without `skip`; a field with no default stays required (MISSING)."""
     import typing
 
-    from curricula.stage import Stage
-
-    hints, fields = typing.get_type_hints(Stage), []
-    as_config = {"schedule": list[PhaseConfig], "until": list[PredicateConfig]}
-    for f in dataclasses.fields(Stage):
-        if f.name == "name":
+    hints, fields = typing.get_type_hints(runtime), []
+    for f in dataclasses.fields(runtime):
+        if f.name in skip:
             continue
-        if f.name in as_config:
-            fields.append((f.name, as_config[f.name], field(default_factory=list)))
+        if f.name in (nested or {}):
+            fields.append((f.name, nested[f.name], field(default_factory=list)))
         elif f.default_factory is not dataclasses.MISSING:
             fields.append((f.name, hints[f.name], field(default_factory=f.default_factory)))
         else:
-            default = {"kind": "rl", "steps": 0}.get(f.name, f.default)
+            default = (defaults or {}).get(f.name, MISSING if f.default is dataclasses.MISSING else f.default)
             fields.append((f.name, hints[f.name], field(default=default)))
-    cls = dataclasses.make_dataclass("StageConfig", fields)
+    cls = dataclasses.make_dataclass(f"{runtime.__name__}Config", fields)
     cls.__module__ = __name__  # where it is found by name (pickling, OmegaConf's errors)
     return cls
 
 
-StageConfig = _stage_config()
+def _schemas() -> tuple[type, type, type, type]:
+    from curricula.schedule import Phase, Slot
+    from curricula.stage import Stage
+    from curricula.transitions import Predicate
+
+    slot = schema(Slot)  # one entry of a reward cycle: a reward for `steps` consecutive steps
+    phase = schema(Phase, nested={"cycle": list[slot]})  # a cycle repeated for `steps` (null: to the end)
+    predicate = schema(Predicate, defaults={"op": ">="})  # an early end: `metric op value` for `patience` steps
+    stage = schema(Stage, nested={"schedule": list[phase], "until": list[predicate]},
+                   defaults={"kind": "rl", "steps": 0}, skip=("name",))  # the stage's name is its key
+    return slot, phase, predicate, stage
+
+
+SlotConfig, PhaseConfig, PredicateConfig, StageConfig = _schemas()
 
 
 @dataclass

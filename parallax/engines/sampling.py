@@ -56,9 +56,11 @@ def draw(probs: torch.Tensor, gen: torch.Generator, sampler: str = "multinomial"
     if sampler != "inverse_cdf":
         raise ValueError(f"unknown sampler {sampler!r}; valid: {', '.join(SAMPLERS)}")
     cdf = probs.double().cumsum(-1)  # [R, V]
-    u = torch.rand(probs.shape[0], 1, generator=gen, dtype=torch.float64) * cdf[:, -1:]  # [R, 1] in [0, total)
+    total = cdf[:, -1:]
+    u = torch.rand(probs.shape[0], 1, generator=gen, dtype=torch.float64) * total  # [R, 1]
+    u = torch.minimum(u, total.nextafter(torch.zeros_like(total)))  # below the total, even where the product rounds up
     # the first entry whose cumulative sum exceeds u: never one of probability 0 (its sum equals the one before)
-    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=probs.shape[1] - 1)
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1)
 
 
 def sample(x: torch.Tensor, greedy: bool, gen: torch.Generator, sampler: str = "multinomial") -> torch.Tensor:

@@ -20,6 +20,12 @@ ARGS = ["+experiment=smoke", "curriculum.stages.sft.steps=4", "curriculum.stages
         "trainer.eval_after_stage=false", "logging.progress_bar=false", "logging.wandb_mode=disabled",
         "data.n_train=128"]
 KEYS = ("sft/loss", "reward/mean", "actor/pg_loss", "actor/grad_norm", "response/length")
+# A resumed step's metrics as the unbroken run's, to this relative tolerance. Here the two agree to the bit
+# (also with the cores loaded); one CI run had the first resumed step's actor/grad_norm 2.0e-5 off (0.1286902
+# against 0.1286928) with its reward, loss and length equal, which 1e-5 failed. What resume can lose moves
+# far more: other prompts or seeds change the reward and length outright, and Adam's moments not restored
+# moved the next step's grad_norm by 1.9e-3 (and 3.6e-3, 9.4e-3 after it; measured by resuming with them off).
+RESUMED_REL = 1e-4
 
 
 def _cmd(run_dir: Path, *extra: str) -> list[str]:
@@ -78,7 +84,7 @@ def test_sigkill_then_resume_matches_uninterrupted(uninterrupted, tmp_path, atta
     for step in range(kill_step, 10):
         for key in KEYS:
             if key in a[step]:
-                assert b[step][key] == pytest.approx(a[step][key], rel=1e-5, abs=1e-6), (step, key)
+                assert b[step][key] == pytest.approx(a[step][key], rel=RESUMED_REL, abs=1e-6), (step, key)
     assert json.loads((killed / "summary.json").read_text())["steps"] == 10
 
 
@@ -112,7 +118,7 @@ def test_checkpoints_at_a_uri_survive_the_loss_of_the_run_directory(uninterrupte
     for step in (8, 9):  # trained again from step_000008: as the unbroken run trained them
         for key in KEYS:
             if key in unbroken[step]:
-                assert resumed[step][key] == pytest.approx(unbroken[step][key], rel=1e-5, abs=1e-6), (step, key)
+                assert resumed[step][key] == pytest.approx(unbroken[step][key], rel=RESUMED_REL, abs=1e-6), (step, key)
     assert (store / "step_000010" / "model").is_dir()  # the step trained again, uploaded whole
 
 
@@ -167,7 +173,7 @@ def test_sigterm_mid_rl_saves_the_step_in_flight_and_resume_matches(uninterrupte
     for step in range(10):
         for key in KEYS:
             if key in a[step]:
-                assert b[step][key] == pytest.approx(a[step][key], rel=1e-5, abs=1e-6), (step, key)
+                assert b[step][key] == pytest.approx(a[step][key], rel=RESUMED_REL, abs=1e-6), (step, key)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 10 and summary["stages"] == json.loads((uninterrupted[0] / "summary.json")
                                                                         .read_text())["stages"]

@@ -48,7 +48,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.append(os.path.join(ROOT, "tests"))  # the tests' replay double (tests/doubles/replay.py)
 
-from parallax.contract.batch import ExecutionRecord
+from parallax.contract.batch import ExecutionRecord, with_advantages
 from parallax.layouts import masks
 
 
@@ -245,7 +245,7 @@ def run_consistency(args) -> None:
                 for p, pr, r in zip(problems, prompts, runs)
             ]
             for layout in ("structured", "causal", "threadweaver"):
-                batch = build_train_batch(layout, trajs, [0.0] * len(trajs), tok.pad_token_id)
+                batch = build_train_batch(layout, with_advantages(trajs, [0.0] * len(trajs)), tok.pad_token_id)
                 with torch.no_grad():
                     if layout == "structured":
                         logp = masks.structured_logprobs(model, batch.input_ids, *batch.structure())

@@ -51,7 +51,7 @@ import torch
 from doubles.replay import SCRIPT_PROCESSOR, Replay, role_scripts, sequential_script
 
 from parallax import toyworld
-from parallax.contract.batch import SamplingParams, Trajectory
+from parallax.contract.batch import SamplingParams, Trajectory, with_advantages
 from parallax.contract.config import ExecutorConfig
 from parallax.executors.kv import KVExecutor
 from parallax.executors.requests import RequestExecutor
@@ -137,8 +137,9 @@ def bench_batch(engine, tok, problems, B: int, repeat: int, grammar: bool = Fals
         ratios += [len(r.token_ids) / (max(r.record.position_ids) + 1 - len(p)) for r, p in zip(kv_res, prompts)]
         trajs = [Trajectory(str(j), p, r.token_ids, r.logprobs, r.finish_reason, "", r.record)
                  for j, (p, r) in enumerate(zip(prompts, req_res))]
+        trajs = with_advantages(trajs, [0.0] * len(trajs))
         for layout in learner:
-            learner[layout] += int(build_train_batch(layout, trajs, [0.0] * len(trajs), 0).attention_mask.sum())
+            learner[layout] += int(build_train_batch(layout, trajs, 0).attention_mask.sum())
         row_tokens += sum(len(p) + len(r.token_ids) for p, r in zip(prompts, req_res))
     token_speedup = sum(ratios) / len(ratios)
     req = wall["req_seq"] / wall["req_exec"]

@@ -11,14 +11,14 @@ no fork/join block in it, spans two versions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import mean
 from typing import TYPE_CHECKING
 
 from actors.faults import Redispatch, wait_alive
 from actors.group import RewardActorGroup, RolloutGroup, split_chunks
 from orchestrator.weights import EngineWeights
-from parallax.contract.batch import Prompt, ScoredGroup, StepSamples, Trajectory
+from parallax.contract.batch import Prompt, RewardGroup, SampleScore, ScoredGroup, StepSamples, Trajectory
 from parallax.contract.seeds import chunk_seed
 
 if TYPE_CHECKING:
@@ -62,36 +62,45 @@ def collect(started: Started, *, reward: RewardActorGroup, weights: EngineWeight
     score = Redispatch("reward", reward.actors,
                        lambda a, key, groups: a.score.remote(groups, step=step, stage=stage_name, spec=spec),
                        lambda ranks: wait_alive(reward.actors, ranks, start_timeout_s, "reward"), max_restarts)
-    chunks: dict[int, list[Trajectory]] = {}
+    chunks: dict[int, list[ScoredGroup | list[Trajectory]]] = {}  # each chunk's groups: sampled, then scored
     with t("generate"):
         for i, trajs in started.gen.completed():
-            chunks[i] = trajs
             prompts = started.chunks[i]
             if len(trajs) != len(prompts) * n:  # never train on a step that lost samples
                 raise RuntimeError(f"generation chunk {i} returned {len(trajs)} samples "
                                    f"for {len(prompts)} prompts x {n}")
-            groups = [{"texts": [x.text for x in trajs[k * n:(k + 1) * n]], "ground_truth": p.ground_truth}
-                      for k, p in enumerate(prompts)]
-            for j, part in enumerate(split_chunks(groups, len(reward))):
+            chunks[i] = [trajs[k * n:(k + 1) * n] for k in range(len(prompts))]  # a generate call's order
+            asked = [RewardGroup([x.text for x in samples], p.ground_truth) for samples, p in zip(chunks[i], prompts)]
+            first = 0  # each reward actor's part: the chunk's groups from `first` on
+            for j, part in enumerate(split_chunks(asked, len(reward))):
                 if part:
-                    score.submit((i, j), part, j)
+                    score.submit((i, first), part, j)
+                first += len(part)
     with t("reward"):
         parts = dict(score.completed())
     weights.lost |= started.gen.lost  # restarted while survivors took their chunks: the next push rejoins them
-    scored = [parts[key] for key in sorted(parts)]  # chunk by chunk, each split over the reward actors in order
-    rewards = [r for s in scored for r in s.rewards]
-    correct = [c for s in scored for c in s.correct]
-    components = [c for s in scored for c in s.components]
-    trajs = [x for i in sorted(chunks) for x in chunks[i]]
-    if len(chunks) != sum(1 for c in started.chunks if c) or len(rewards) != len(started.prompts):
-        raise RuntimeError(f"generation returned {len(trajs)} samples and {len(rewards)} scored groups for "
-                           f"{len(started.prompts)} prompts x {n}")
-    groups = [ScoredGroup(p, trajs[g * n:(g + 1) * n], rewards[g], correct[g], components[g])
-              for g, p in enumerate(started.prompts)]
-    metrics = mean_dicts([s.metrics for s in scored]) | {
-        "rollout/samples": float(len(trajs)), "rollout/retries": float(started.gen.retries),
+    if len(chunks) != sum(1 for c in started.chunks if c):
+        raise RuntimeError(f"generation returned {len(chunks)} chunks of {sum(1 for c in started.chunks if c)}")
+    for (i, first), batch in parts.items():  # each reward actor's scores onto its own groups' samples
+        for k, scores in enumerate(batch.scores, start=first):
+            chunks[i][k] = scored(started.chunks[i][k], chunks[i][k], scores)
+    groups = [g for i in sorted(chunks) for g in chunks[i]]
+    if [g.prompt.uid for g in groups] != [p.uid for p in started.prompts] or \
+            any(not isinstance(g, ScoredGroup) for g in groups):
+        raise RuntimeError(f"generation and scoring returned {len(groups)} groups for {len(started.prompts)} prompts")
+    scored_parts = [parts[key] for key in sorted(parts)]
+    metrics = mean_dicts([b.metrics for b in scored_parts]) | {
+        "rollout/samples": float(sum(len(g.samples) for g in groups)), "rollout/retries": float(started.gen.retries),
         "reward/retries": float(score.retries)}
     return StepSamples(groups, metrics)
+
+
+def scored(prompt: Prompt, samples: list[Trajectory], scores: list[SampleScore]) -> ScoredGroup:
+    """A prompt's samples, each carrying the score the reward actor gave it (one per sample, in order)."""
+    if len(scores) != len(samples):
+        raise RuntimeError(f"the reward actor returned {len(scores)} scores for the {len(samples)} samples of "
+                           f"prompt {prompt.uid!r}")
+    return ScoredGroup(prompt, [replace(x, score=s) for x, s in zip(samples, scores)])
 
 
 def mean_dicts(dicts: list[dict[str, float]]) -> dict[str, float]:

@@ -39,17 +39,17 @@ def evaluate(prompts: list[Prompt], fmt, tcfg: TrainerConfig,
     table: dict[str, float] = {}
     if tcfg.eval_greedy:
         samples = generate(prompts, n=1, seed=EVAL_SEED, stage=EVAL_STAGE, greedy=True)
-        table["eval/acc_greedy"] = mean(samples.correct)
+        table["eval/acc_greedy"] = mean(x.score.correct for x in samples.trajectories)
     k = tcfg.eval_samples
     if k:
         samples = generate(prompts, n=k, seed=EVAL_SEED, stage=EVAL_STAGE, greedy=False)
     rows = [{"uid": g.prompt.uid, "benchmark": g.prompt.meta.get("benchmark", "heldout"), "text": x.text,
              "answer": g.prompt.ground_truth, "difficulty": g.prompt.meta.get("difficulty"),
-             "stratum": _stratum(g.prompt.meta), "correct": c}
-            for g in samples.groups for x, c in zip(g.samples, g.correct)]
+             "stratum": _stratum(g.prompt.meta), "correct": x.score.correct}
+            for g in samples.groups for x in g.samples]
     detail = flatten_metrics(evaluate_outputs(rows, fmt, k or 1, budgets=tcfg.eval_budgets,
                                                    tokenizer=tokenizer))
-    table["eval/acc"] = mean(samples.correct)
+    table["eval/acc"] = mean(x.score.correct for x in samples.trajectories)
     # latency over every sample, a serial one's critical path being its length (Parason's T)
     table["eval/critical_path_tokens"] = detail["eval/overall/critical_path_tokens"]
     table["eval/answered"] = detail["eval/overall/answered"]  # over every benchmark's samples
@@ -57,7 +57,7 @@ def evaluate(prompts: list[Prompt], fmt, tcfg: TrainerConfig,
         table[f"eval/pass@{k}"] = detail[f"eval/overall/pass@{k}"]
     else:
         table.pop("eval/acc_greedy")  # greedy only: it is eval/acc
-    table |= sample_stats(samples, fmt, "eval/parallel")
+    table |= sample_stats(samples, "eval/parallel")
     table |= {f"eval/acc@{b}": detail[f"eval/overall/acc@{b}"] for b in tcfg.eval_budgets
               if f"eval/overall/acc@{b}" in detail}
     return table | {k: v for k, v in detail.items() if k not in table}

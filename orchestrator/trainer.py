@@ -132,12 +132,13 @@ class Trainer:
             self._start_ahead(stage, step)  # the next steps' samples generate while this one updates
             if self.cfg.trainer.dynamic_sampling:
                 samples = self._dynamic_sampling(stage, step, started.n, samples, t)
-            trajs, rewards = samples.trajectories, samples.rewards
-            staleness = [self.weights.version - x.policy_version for x in trajs]
             with t("advantages"):
-                adv = algo.grpo_advantages(rewards, samples.group_ids, self.cfg.learner.norm_adv_by_std)
-                batch = self.layout.train_batch(trajs, adv, self.tokenizer.pad_token_id)
-            if not any(adv) and stage.name not in self._idle_said:  # an update that changes nothing: said once
+                samples = algo.set_advantages(samples, self.cfg.learner.norm_adv_by_std)
+                trajs = samples.trajectories
+                batch = self.layout.train_batch(trajs, self.tokenizer.pad_token_id)
+            staleness = [self.weights.version - x.policy_version for x in trajs]
+            idle = not any(x.advantage for x in trajs)
+            if idle and stage.name not in self._idle_said:  # an update that changes nothing: said once
                 self._idle_said.add(stage.name)
                 print(f"warning: stage {stage.name} step {step}: every group's samples scored alike, so every GRPO "
                       "advantage is 0 and the update changes nothing (actor/zero_advantage=1 marks each such step: "
@@ -153,14 +154,14 @@ class Trainer:
         if every and self.curriculum.stage_step % every == 0:
             from orchestrator.samples import sample_rows
 
-            self.logger.log_table(sample_rows(samples, self.fmt, self.cfg.logging.table_rows), step)
+            self.logger.log_table(sample_rows(samples, self.cfg.logging.table_rows), step)
         lengths = [len(x.response_ids) for x in trajs]
-        return {**samples.metrics, **stats, **synced, **slept, **t.times, **sample_stats(samples, self.fmt, "parallel"),
+        return {**samples.metrics, **stats, **synced, **slept, **t.times, **sample_stats(samples, "parallel"),
                 "response/length": mean(lengths), "response/clip_ratio": mean(x.finish_reason == "length"
                                                                               for x in trajs),
                 "throughput/tokens_per_s": sum(lengths) / max(t.times["timing/generate"], 1e-9),
                 "actor/staleness": mean(staleness), "actor/staleness_max": float(max(staleness)),
-                "actor/zero_advantage": float(not any(adv))}
+                "actor/zero_advantage": float(idle)}
 
     def sft_step(self, stage: Stage) -> dict[str, Any]:
         t, g = Timer(), self.groups

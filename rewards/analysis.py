@@ -76,6 +76,12 @@ def trajectory_stats(text: str, fmt: Any, tokenizer: Any = None) -> tuple[TrajSt
     >>> (st.valid, st.n_blocks, st.total_tokens, st.critical_tokens, final)
     (True, 1, 14, 11, ' #### 3')
     """
+    stats, res, final = _parsed(text, fmt, tokenizer)
+    return stats, res.tree, final
+
+
+def _parsed(text: str, fmt: Any, tokenizer: Any = None):
+    """`trajectory_stats` with the whole parse result in place of its tree (`structure` reads it)."""
     spec = resolve_spec(fmt)
     res = parse(text, spec, strict=False)
     tree = res.tree
@@ -95,17 +101,31 @@ def trajectory_stats(text: str, fmt: Any, tokenizer: Any = None) -> tuple[TrajSt
     )
     # where the answer is read: after the last block, outside any unclosed tag (parallax.formats.answer_text), so
     # a malformed block before a correct final answer does not hide it; an answer in a path never counts
-    return stats, tree, answer_text(text, spec, res)
+    return stats, res, answer_text(text, spec, res)
+
+
+def structure(res, text: str, fmt: Any, gold: str) -> dict[str, Any]:
+    """The figures the driver logs of one parsed text (`parallax.contract.batch.SampleScore.structure`):
+    `parallax.formats.text_stats` in its default units, from this parse, and `steps_ok`."""
+    from parallax.formats.metrics import parsed_stats
+    from rewards.branch import _share, tree_units
+
+    out = parsed_stats(res, text, fmt)
+    out["steps_ok"] = _share(tree_units(res.tree) if res.ok else [], gold)
+    return out
 
 
 def analyze_fast(index: int, text: str, gold: str, opts: AnalysisOptions) -> tuple[Sample, SlowJob | None]:
     """In-process analysis of one text; returns the sample and the slow job still to run
     (``None`` when decided).  A non-str text gives ``Sample(error="bad_input")``."""
     if not isinstance(text, str):
-        return Sample(error="bad_input"), None
-    stats, tree, final = trajectory_stats(text, opts.format, opts.tokenizer)
+        from parallax.formats.metrics import text_stats
+
+        return Sample(error="bad_input", structure={**text_stats(text, opts.format), "steps_ok": 0.0}), None
+    stats, res, final = _parsed(text, opts.format, opts.tokenizer)
     keep = opts.need_parse
-    sample = Sample(stats=stats, tree=tree if keep else None)
+    sample = Sample(stats=stats, tree=res.tree if keep else None,
+                    structure=structure(res, text, opts.format, gold))
     if not opts.need_accuracy:
         return sample, None
     pred = extract_answer(final)

@@ -18,6 +18,8 @@ Example:
     >>> out = w.score([{"texts": ["... #### 4", "... #### 5"], "ground_truth": "4"}])
     >>> out.rewards, out.correct, out.errors
     ([[1.0, -1.0]], [[True, False]], {})
+    >>> out.scores[0][0].structure["valid"]
+    True
     >>> w.close()
 """
 
@@ -29,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from parallax.contract.batch import RewardGroup, SampleScore
 from rewards.analysis import SlowJob, analyze_fast, apply_slow, run_slow
 from rewards.api import analysis_options, score_samples
 from rewards.pool import TimeoutPool
@@ -39,29 +42,28 @@ from rewards.verify import preload_modules, slow_verify
 __all__ = ["RewardBatch", "RewardGroup", "RewardScorer"]
 
 
-@dataclass(frozen=True)
-class RewardGroup:
-    """One GRPO group to score: all completions of one prompt and its reference answer."""
-
-    texts: Sequence[str]
-    ground_truth: str
-
-
 @dataclass
 class RewardBatch:
-    """Scores of a list of groups, in input order.
+    """Scores of a list of groups, in input order: each group's `SampleScore`s, one per completion in
+    its order (reward, binary accuracy, components, and the structure its one parse read).
 
-    ``correct`` is binary accuracy (the accuracy metrics use it, not ``rewards``);
     ``errors`` counts failed items as ``reward/errors/<reason>``; ``metrics`` holds batch
     means for logging (``reward/mean``, ``reward/correct`` (binary accuracy),
     ``reward/<component>`` such as ``reward/acc`` or ``reward/parallel``, timings).
     """
 
-    rewards: list[list[float]]
-    correct: list[list[bool]]
-    components: list[dict[str, list[float]]]
+    scores: list[list[SampleScore]]
     errors: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rewards(self) -> list[list[float]]:
+        return [[s.reward for s in g] for g in self.scores]
+
+    @property
+    def correct(self) -> list[list[bool]]:
+        """Binary accuracy (the accuracy metrics use it, not ``rewards``)."""
+        return [[s.correct for s in g] for g in self.scores]
 
 
 def _as_group(g: RewardGroup | Mapping[str, Any]) -> RewardGroup:
@@ -192,10 +194,10 @@ class RewardScorer:
             for g, s in zip(gs, analysed)
         ]
         t2 = time.perf_counter()
-        return self._batch(scores, {"timing/reward_analyse": t1 - t0, "timing/reward_fn": t2 - t1})
+        return self._batch(scores, analysed, {"timing/reward_analyse": t1 - t0, "timing/reward_fn": t2 - t1})
 
     @staticmethod
-    def _batch(scores: list[GroupScore], timing: dict[str, float]) -> RewardBatch:
+    def _batch(scores: list[GroupScore], analysed: list[list[Sample]], timing: dict[str, float]) -> RewardBatch:
         errors: Counter[str] = Counter()
         sums: Counter[str] = Counter()
         n = 0
@@ -211,13 +213,12 @@ class RewardScorer:
         metrics.update(timing)
         err = {f"reward/errors/{k}": v for k, v in sorted(errors.items())}
         metrics.update({k: float(v) for k, v in err.items()})
-        return RewardBatch(
-            rewards=[sc.rewards for sc in scores],
-            correct=[sc.correct for sc in scores],
-            components=[sc.components for sc in scores],
-            errors=err,
-            metrics=metrics,
-        )
+        per_sample = [
+            [SampleScore(float(sc.rewards[j]), bool(sc.correct[j]), {k: float(v[j]) for k, v in sc.components.items()},
+                         s.structure or {}) for j, s in enumerate(samples)]
+            for sc, samples in zip(scores, analysed)
+        ]
+        return RewardBatch(per_sample, errors=err, metrics=metrics)
 
     def close(self) -> None:
         """Stop the verification processes."""

@@ -74,7 +74,8 @@ class Sample:
     result, kept for custom rewards; ``error`` a short reason when analysis failed
     (``timeout``, ``crash``, ``exception``, ...), in which case the sample scores as invalid;
     ``reason`` why ``correct`` is False when accuracy was asked for (``no_answer``, ``too_long``,
-    ``unparseable``, ``mismatch``, ``multiple_answers``, or the error), None when correct.
+    ``unparseable``, ``mismatch``, ``multiple_answers``, or the error), None when correct;
+    ``structure`` the figures the driver logs, from the same parse.
     """
 
     correct: bool = False
@@ -83,6 +84,7 @@ class Sample:
     tree: Any = None
     error: str | None = None
     reason: str | None = None
+    structure: dict[str, Any] | None = None  # the driver's figures of the parse (rewards.analysis.structure)
 
     @property
     def format_valid(self) -> bool:

@@ -3,14 +3,18 @@
 Data flows driver -> rollout -> reward -> driver (advantages) -> learner as these small
 dataclasses, grouped by who fills them: the engine interface (`SamplingParams` in, `Completion`
 out), the rollout's output (`Prompt` -> `Trajectory`, with the `ExecutionRecord` of how the engine
-produced it), the driver's step data (`ScoredGroup`: a prompt, its samples and their scores; a step's
-`StepSamples`) and the learner's input (`TrainBatch`, `SFTBatch`). Token lists stay plain Python on the
-rollout/reward side (cheap to pickle, no torch needed); the learner-facing ``TrainBatch`` is padded tensors.
+produced it), the reward's `SampleScore` of each, the driver's step data (`ScoredGroup`: a prompt and its
+samples, each `Trajectory` carrying its score and then its advantage: one record per sample; a step's
+`StepSamples`) and the learner's input (`TrainBatch`, `SFTBatch`, built from those records). Token lists stay
+plain Python on the rollout/reward side (cheap to pickle, no torch needed); the learner-facing ``TrainBatch`` is
+padded tensors.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,9 +95,35 @@ class ExecutionRecord:
     reprefill: bool = False  # the requests re-read their contexts as text (the class docstring)
 
 
+@dataclass(frozen=True)
+class RewardGroup:
+    """One GRPO group as the reward actor takes it: all completions of one prompt and its reference answer."""
+
+    texts: Sequence[str]
+    ground_truth: str
+
+
+@dataclass(frozen=True)
+class SampleScore:
+    """What the reward actor made of one sample, from its one parse of the text: the stage's shaped `reward`,
+    binary accuracy `correct` (accuracy metrics and dynamic sampling read this, never the shaped reward), the
+    reward's named `components`, and `structure`, the parse's figures (`parallax.formats.text_stats`'s keys,
+    in its default units, and `steps_ok`: the share of the text's units whose steps check,
+    `rewards.branch.steps_share`). Statistics, sample tables and evaluation read these; nothing parses the
+    text again."""
+
+    reward: float
+    correct: bool
+    components: dict[str, float] = field(default_factory=dict)
+    structure: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass
 class Trajectory:
-    """One sampled response to a prompt, as generated (what the learner must score)."""
+    """One sample, the record that carries it from the engine to the learner's row: what the engine
+    generated (the rollout fills it), its `score` (the reward actor's, attached to its group by the driver)
+    and its GRPO `advantage` (the driver's fold over its group, `actors.algo.set_advantages`), which the
+    layouts read."""
 
     uid: str
     prompt_ids: list[int]
@@ -106,28 +136,52 @@ class Trajectory:
     record: ExecutionRecord | None = None
     # The weights it was sampled with: the driver's count of weight syncs (0: the model as loaded).
     policy_version: int = 0
+    score: SampleScore | None = None  # None until its group is scored
+    advantage: float | None = None  # None until the step's advantages are set
+
+
+def with_advantages(trajs: list[Trajectory], advantages: list[float]) -> list[Trajectory]:
+    """Samples given their advantages by hand, one each in order (benches, tests, a batch built outside a
+    run); a run sets them by a fold over its groups (`actors.algo.set_advantages`)."""
+    if len(advantages) != len(trajs):
+        raise ValueError(f"{len(advantages)} advantages for {len(trajs)} samples")
+    return [dataclasses.replace(t, advantage=float(a)) for t, a in zip(trajs, advantages)]
+
+
+def advantage_of(t: Trajectory) -> float:
+    """A sample's advantage, as a layout reads it: an error, not a silent 0, where none was set."""
+    if t.advantage is None:
+        raise ValueError(f"a sample of prompt {t.uid!r} reached a train batch without an advantage "
+                         "(actors.algo.set_advantages sets them on a step's scored groups)")
+    return t.advantage
 
 
 @dataclass
 class ScoredGroup:
-    """One prompt, its samples in sampling order and their scores: the unit a step's data travels in.
-    Generation returns them; dynamic sampling, sample tables, statistics and evaluation filter and fold
-    them, so no sample is ever joined back to its prompt or its score by uid or by index."""
+    """One prompt and its samples in sampling order, each carrying its own score: the unit a step's data
+    travels in. Generation returns them; advantages, dynamic sampling, sample tables, statistics and
+    evaluation fold over them, so no sample is ever joined back to its prompt or its score by uid or by
+    index."""
 
     prompt: Prompt
     samples: list[Trajectory]
-    rewards: list[float]  # the stage's shaped reward, one per sample
-    correct: list[bool]  # binary accuracy, one per sample (accuracy metrics and dynamic sampling read this)
-    components: dict[str, list[float]] = field(default_factory=dict)  # reward parts, one list per name
 
     def __post_init__(self) -> None:
-        n = len(self.samples)
-        sizes = [len(self.rewards), len(self.correct), *map(len, self.components.values())]
-        if not n or any(k != n for k in sizes):
-            raise ValueError(f"a scored group of prompt {self.prompt.uid!r} has {n} samples "
-                             f"but scores of sizes {sizes}")
+        if not self.samples:
+            raise ValueError(f"a scored group of prompt {self.prompt.uid!r} has no samples")
         if strays := [x.uid for x in self.samples if x.uid != self.prompt.uid]:
             raise ValueError(f"samples of prompts {sorted(set(strays))} in the group of prompt {self.prompt.uid!r}")
+        if unscored := sum(x.score is None for x in self.samples):
+            raise ValueError(f"{unscored} of the {len(self.samples)} samples of prompt {self.prompt.uid!r} "
+                             "are not scored")
+
+    @property
+    def rewards(self) -> list[float]:
+        return [x.score.reward for x in self.samples]
+
+    @property
+    def correct(self) -> list[bool]:
+        return [x.score.correct for x in self.samples]
 
     @property
     def informative(self) -> bool:
@@ -138,7 +192,7 @@ class ScoredGroup:
 @dataclass
 class StepSamples:
     """A step's (or an evaluation's) scored groups, prompt-major, and their batch metrics (`rollout/...`,
-    `reward/...`). The flat views below are in sample order: group by group, each group's samples in order."""
+    `reward/...`). `trajectories`: the samples, group by group, each a whole record."""
 
     groups: list[ScoredGroup]
     metrics: dict[str, float] = field(default_factory=dict)
@@ -150,24 +204,6 @@ class StepSamples:
     @property
     def trajectories(self) -> list[Trajectory]:
         return [x for g in self.groups for x in g.samples]
-
-    @property
-    def rewards(self) -> list[float]:
-        return [r for g in self.groups for r in g.rewards]
-
-    @property
-    def correct(self) -> list[bool]:
-        return [c for g in self.groups for c in g.correct]
-
-    @property
-    def truths(self) -> list[str]:
-        """Each sample's ground-truth answer."""
-        return [g.prompt.ground_truth for g in self.groups for _ in g.samples]
-
-    @property
-    def group_ids(self) -> list[int]:
-        """Each sample's group (GRPO's group: the same prompt drawn twice in a step is two groups)."""
-        return [i for i, g in enumerate(self.groups) for _ in g.samples]
 
 
 @dataclass

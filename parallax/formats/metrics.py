@@ -189,7 +189,13 @@ def text_stats(text, spec: FormatSpec | str = "parason", tokenizer=None) -> dict
     (whether the ``<Parallel>`` tag occurs) are filled; the other metric fields are ``None``.
     """
     spec = resolve_spec(spec)
-    res: ParseResult = parse(text, spec, tokenizer=tokenizer)
+    return parsed_stats(parse(text, spec, tokenizer=tokenizer), text, spec, tokenizer)
+
+
+def parsed_stats(res: ParseResult, text, spec: FormatSpec | str = "parason", tokenizer=None) -> dict:
+    """`text_stats` of a text already parsed into `res` (strict or lenient: the two agree on the status, and
+    on the tree of a valid text), so a reader that parsed it for its own needs does not parse it again."""
+    spec = resolve_spec(spec)
     if res.ok:
         try:
             out = compute_metrics(res, spec, tokenizer).to_dict()

@@ -6,7 +6,7 @@ are prompt + teacher trace + EOS with a completion-only loss.
 
 from __future__ import annotations
 
-from parallax.contract.batch import SFTBatch, TrainBatch, Trajectory
+from parallax.contract.batch import SFTBatch, TrainBatch, Trajectory, advantage_of
 from parallax.layouts.pad import padded_sft_batch, padded_train_batch
 from parallax.layouts.records import record_of
 
@@ -20,8 +20,8 @@ def sft_batch(problems: list, trace: str, tokenizer) -> SFTBatch:
     return padded_sft_batch(rows, loss, tokenizer.pad_token_id)
 
 
-def train_batch(trajs: list[Trajectory], advantages: list[float], pad_id: int) -> TrainBatch:
-    """Right-padded prompt+response rows with the engine's logprobs and broadcast advantages.
+def train_batch(trajs: list[Trajectory], pad_id: int) -> TrainBatch:
+    """Right-padded prompt+response rows with the engine's logprobs and each sample's advantage broadcast.
 
     Response token j of a row sits at column len(prompt) + j; `old_logprobs` and the learner's
     `token_logprobs` use the same alignment (column = the token being scored).
@@ -31,12 +31,12 @@ def train_batch(trajs: list[Trajectory], advantages: list[float], pad_id: int) -
     resp = [[0.0] * len(t.prompt_ids) + ([1.0] * len(t.response_ids) if t.record is None else
                                          [float(x) for x in t.record.sampled[len(t.prompt_ids):]]) for t in trajs]
     old = [[0.0] * len(t.prompt_ids) + list(t.logprobs) for t in trajs]
-    adv = [[0.0] * len(t.prompt_ids) + [a] * len(t.response_ids) for t, a in zip(trajs, advantages)]
+    adv = [[0.0] * len(t.prompt_ids) + [advantage_of(t)] * len(t.response_ids) for t in trajs]
     return padded_train_batch(rows, resp, old, adv, pad_id)
 
 
-def causal_train_batch(trajs: list[Trajectory], advantages: list[float], pad_id: int) -> TrainBatch:
+def causal_train_batch(trajs: list[Trajectory], pad_id: int) -> TrainBatch:
     """`train_batch`, refusing a request executor's forked record (it has no causal row)."""
     for t in trajs:
         record_of(t, "causal")
-    return train_batch(trajs, advantages, pad_id)
+    return train_batch(trajs, pad_id)

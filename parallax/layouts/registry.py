@@ -16,11 +16,11 @@ LAYOUTS = ("causal", "structured", "threadweaver")
 
 @dataclass(frozen=True)
 class Layout:
-    """What a training step calls: `train_batch(trajs, advantages, pad_id)`, `sft_batch(problems, trace,
-    tokenizer)`."""
+    """What a training step calls: `train_batch(trajs, pad_id)` (each trajectory carrying its advantage),
+    `sft_batch(problems, trace, tokenizer)`."""
 
     name: str
-    train_batch: Callable[[list[Trajectory], list[float], int], TrainBatch]
+    train_batch: Callable[[list[Trajectory], int], TrainBatch]
     sft_batch: Callable[..., SFTBatch]
 
 
@@ -37,6 +37,6 @@ def get_layout(name: str, reprefill: bool = False) -> Layout:
     raise ValueError(f"unknown learner layout {name!r}; valid: {LAYOUTS}")
 
 
-def build_train_batch(layout: str, trajs: list[Trajectory], advantages: list[float], pad_id: int) -> TrainBatch:
+def build_train_batch(layout: str, trajs: list[Trajectory], pad_id: int) -> TrainBatch:
     """The learner batch of one layout by name (tests and benches; the trainer resolves it once)."""
-    return get_layout(layout).train_batch(trajs, advantages, pad_id)
+    return get_layout(layout).train_batch(trajs, pad_id)

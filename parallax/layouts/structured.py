@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from parallax.contract.batch import ExecutionRecord, SFTBatch, TrainBatch, Trajectory
+from parallax.contract.batch import ExecutionRecord, SFTBatch, TrainBatch, Trajectory, advantage_of
 from parallax.layouts.masks import pack_records
 from parallax.layouts.pad import padded_sft_batch, padded_train_batch
 from parallax.layouts.records import record_of
@@ -57,7 +57,7 @@ def structured_sft_batch(
     return _with_layout(batch, records)
 
 
-def structured_train_batch(trajs: list[Trajectory], advantages: list[float], pad_id: int) -> TrainBatch:
+def structured_train_batch(trajs: list[Trajectory], pad_id: int) -> TrainBatch:
     """One row per trajectory with its layout; the loss covers sampled tokens only.
 
     KV-executor and sequential records: the text-order row (``data.train_batch``'s) scored with
@@ -66,7 +66,8 @@ def structured_train_batch(trajs: list[Trajectory], advantages: list[float], pad
     Trajectories without a record (plain sequential decoding) get the causal layout.
     """
     rows, loss, old, adv, records = [], [], [], [], []
-    for t, a in zip(trajs, advantages):
+    for t in trajs:
+        a = advantage_of(t)
         rec = record_of(t, "structured")
         ids, lp = t.prompt_ids + t.response_ids, [0.0] * len(t.prompt_ids) + list(t.logprobs)
         if rec.reprefill:

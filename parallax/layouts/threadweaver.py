@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import torch
 
-from parallax.contract.batch import TrainBatch, Trajectory
+from parallax.contract.batch import TrainBatch, Trajectory, advantage_of
 from parallax.layouts.pad import padded_train_batch
 from parallax.layouts.records import record_of
 
 
-def threadweaver_train_batch(trajs: list[Trajectory], advantages: list[float], pad_id: int) -> TrainBatch:
+def threadweaver_train_batch(trajs: list[Trajectory], pad_id: int) -> TrainBatch:
     """One causal row per engine request: its visible context + its own tokens, loss on its sampled tokens.
 
     A request's row is the context of its *last* segment (which, in the executor, sees every earlier
@@ -26,7 +26,8 @@ def threadweaver_train_batch(trajs: list[Trajectory], advantages: list[float], p
     in exactly one row's loss, so token counts and the advantage sum match the other layouts.
     """
     ids, resp, old, adv = [], [], [], []
-    for t, a in zip(trajs, advantages):
+    for t in trajs:
+        a = advantage_of(t)
         rec = record_of(t)
         row = t.prompt_ids + t.response_ids
         lp = [0.0] * len(t.prompt_ids) + list(t.logprobs)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from parallax.contract.batch import with_advantages
+
 
 @pytest.fixture(scope="session")
 def grpo_batch():
@@ -24,6 +26,6 @@ def grpo_batch():
         trajs = [Trajectory(uid=str(i // 2), prompt_ids=p, response_ids=c.token_ids, logprobs=c.logprobs,
                             finish_reason=c.finish_reason, text="") for i, (p, c) in enumerate(zip(flat, comps))]
         adv = algo.grpo_advantages([1.0, 0.0] * 3, [t.uid for t in trajs])
-        return train_batch(trajs, adv, tok.pad_token_id), comps
+        return train_batch(with_advantages(trajs, adv), tok.pad_token_id), comps
 
     return make

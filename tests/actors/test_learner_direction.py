@@ -7,6 +7,8 @@ import socket
 
 import pytest
 
+from parallax.contract.batch import with_advantages
+
 pytestmark = pytest.mark.slow
 
 
@@ -103,7 +105,7 @@ def test_recomputed_old_logprobs_replace_the_engines(tiny_model_path):
     comps = engine.generate(prompts, SamplingParams(max_new_tokens=12, seed=2))
     trajs = [Trajectory(uid=str(i), prompt_ids=p, response_ids=c.token_ids, logprobs=[lp - 0.3 for lp in c.logprobs],
                         finish_reason=c.finish_reason, text="") for i, (p, c) in enumerate(zip(prompts, comps))]
-    batch = train_batch(trajs, [0.5, -0.5], tok.pad_token_id)
+    batch = train_batch(with_advantages(trajs, [0.5, -0.5]), tok.pad_token_id)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

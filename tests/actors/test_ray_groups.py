@@ -67,7 +67,7 @@ def test_the_reward_actor_counts_the_models_tokens(ray_cluster, groups):
     spec = RewardSpec("pa_grpo", {"alpha": 0.1, "beta_sub": 0.0, "beta_trial": 0.0})
     batch = ray_cluster.get(groups.reward.actors[0].score.remote([{"texts": texts, "ground_truth": p.answer}],
                                                                  spec=spec))
-    fork_t, serial_t = batch.components[0]["latency_T"]
+    fork_t, serial_t = (s.components["latency_T"] for s in batch.scores[0])
     assert batch.correct == [[True, True]]
     assert fork_t < serial_t and serial_t > 40, (fork_t, serial_t)  # tokens: a word count is 15 serial
     assert batch.rewards[0][0] > batch.rewards[0][1]

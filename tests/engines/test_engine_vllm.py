@@ -9,6 +9,8 @@ import threading
 import pytest
 import torch
 
+from parallax.contract.batch import with_advantages
+
 pytestmark = pytest.mark.vllm
 
 vllm = pytest.importorskip("vllm")  # tests/conftest.py turns this skip into a failure under PARALLAX_TIER=vllm
@@ -180,7 +182,7 @@ def test_vllm_executed_mode_rows_reproduce_its_logprobs(engine, tiny_model_path,
     assert rx.streaming == (driver == "async")
     trajs = [Trajectory(str(i), p, r.token_ids, r.logprobs, r.finish_reason, "", r.record)
              for i, (p, r) in enumerate(zip(prompts, res))]
-    batch = build_train_batch("threadweaver", trajs, [1.0] * len(trajs), tok.pad_token_id)
+    batch = build_train_batch("threadweaver", with_advantages(trajs, [1.0] * len(trajs)), tok.pad_token_id)
     hf = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
     with torch.no_grad():
         got = chunked.token_logprobs(hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits,
@@ -219,7 +221,7 @@ def test_vllm_executed_mode_under_request_grammars(engine, tiny_model_path, fmt,
     assert all(parse(t, fmt).ok for t, r in zip(texts, res) if r.finish_reason == "stop") and rx.free == 0
     trajs = [Trajectory(str(i), p, r.token_ids, r.logprobs, r.finish_reason, t, r.record)
              for i, (p, r, t) in enumerate(zip(prompts, res, texts))]
-    batch = build_train_batch("structured", trajs, [1.0] * len(trajs), tok.pad_token_id)
+    batch = build_train_batch("structured", with_advantages(trajs, [1.0] * len(trajs)), tok.pad_token_id)
     hf = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
     with torch.no_grad():
         got = score_logprobs(hf, batch.input_ids, batch.attention_mask, 1.0, batch.structure(), "cpu")

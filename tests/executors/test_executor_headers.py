@@ -14,7 +14,7 @@ import torch
 from doubles.replay import Replay, role_scripts, sequential_script  # tests/ is on sys.path
 
 from parallax import toyworld
-from parallax.contract.batch import SamplingParams, Trajectory
+from parallax.contract.batch import SamplingParams, Trajectory, with_advantages
 from parallax.contract.config import ExecutorConfig
 from parallax.executors.kv import KVExecutor
 from parallax.formats import THREAD_HEADER_SEP, parse, thread_header
@@ -130,7 +130,7 @@ def test_headers_are_grammar_valid_and_learner_scores_the_engine_exactly(lm, pro
     assert ex.grammar.rejected == 0  # every forced header token was accepted by the grammar
     trajs = [Trajectory(p.uid, pr, r.token_ids, r.logprobs, r.finish_reason, "", r.record)
              for p, pr, r in zip(problems, prompts, runs)]
-    batch = build_train_batch("structured", trajs, [1.0] * len(trajs), tok.pad_token_id)
+    batch = build_train_batch("structured", with_advantages(trajs, [1.0] * len(trajs)), tok.pad_token_id)
     for b, r in enumerate(runs):  # headers are out of the loss
         P = len(prompts[b])
         for i, s in enumerate(r.record.sampled[P:]):

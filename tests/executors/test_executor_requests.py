@@ -15,7 +15,7 @@ from test_executor import LONG, nested_tree
 
 from actors.rollout import RolloutWorker
 from parallax import toyworld
-from parallax.contract.batch import Completion, Prompt, SamplingParams, Trajectory
+from parallax.contract.batch import Completion, Prompt, SamplingParams, Trajectory, with_advantages
 from parallax.contract.config import ExecutorConfig, RolloutConfig
 from parallax.engines import ENGINES
 from parallax.engines.hf import HFEngine
@@ -126,7 +126,7 @@ def test_request_records_reproduce_the_engine_logprobs_in_both_exact_layouts(eng
     n_sampled = sum(sum(t.record.sampled) for t in trajs)
     tokens = {}
     for layout in ("threadweaver", "structured"):
-        batch = build_train_batch(layout, trajs, [1.0, -1.0], tok.pad_token_id)
+        batch = build_train_batch(layout, with_advantages(trajs, [1.0, -1.0]), tok.pad_token_id)
         got, mask = learner_logprobs(engine.model, batch), batch.response_mask.bool()
         assert int(mask.sum()) == n_sampled > 40, layout  # every sampled token in the loss exactly once
         err = (got[mask] - batch.old_logprobs[mask]).abs().max()
@@ -136,7 +136,7 @@ def test_request_records_reproduce_the_engine_logprobs_in_both_exact_layouts(eng
     text_tokens = sum(len(t.prompt_ids) + len(t.response_ids) for t in trajs)
     assert text_tokens < tokens["structured"] < tokens["threadweaver"]  # copies only of what the text cannot hold
     with pytest.raises(ValueError, match="structured"):  # one causal row cannot hold a later branch
-        build_train_batch("causal", trajs, [1.0, -1.0], tok.pad_token_id)
+        build_train_batch("causal", with_advantages(trajs, [1.0, -1.0]), tok.pad_token_id)
 
 
 def test_a_later_branch_is_scored_in_its_own_context_not_the_joins(engine):
@@ -255,7 +255,7 @@ def test_free_sampling_under_request_grammars_parses_and_scores_exactly(engine, 
     assert rx.free == 0 and (rx.redraws > 0 or fmt == "parallel_r1")  # Parason's outline draws spell tags
     trajs = [Trajectory(str(i), p, r.token_ids, r.logprobs, r.finish_reason, text(tok, r), r.record)
              for i, (p, r) in enumerate(zip(prompts, res))]
-    batch = build_train_batch("structured", trajs, [1.0] * len(trajs), tok.pad_token_id)
+    batch = build_train_batch("structured", with_advantages(trajs, [1.0] * len(trajs)), tok.pad_token_id)
     got, mask = learner_logprobs(engine.model, batch), batch.response_mask.bool()
     assert (got[mask] - batch.old_logprobs[mask]).abs().max() < 1e-4
 
@@ -338,7 +338,7 @@ def test_rollout_worker_runs_executed_mode_on_an_engine_without_kv_control(tiny_
     inert = {tok.convert_tokens_to_ids(t) for t in ("<Path>", "<Summary>", "</Parallel>")}
     assert n == 3 and acts <= set(stops) and not inert & set(stops) and limits == [24] * 3
     assert all(len(t.response_ids) <= 24 + 8 for t in trajs)  # the cap, plus at most the forced closing tags
-    batch = build_train_batch("threadweaver", trajs, [0.5, -0.5, 0.0], tok.pad_token_id)
+    batch = build_train_batch("threadweaver", with_advantages(trajs, [0.5, -0.5, 0.0]), tok.pad_token_id)
     assert int(batch.response_mask.sum()) == sum(sum(t.record.sampled) for t in trajs) > 0
 
 
@@ -360,7 +360,7 @@ def test_sft_on_teacher_traces_trains_the_layout_the_request_executor_runs(engin
     trajs = [Trajectory(str(i), p, r.token_ids, r.logprobs, r.finish_reason, text(tok, r), r.record)
              for i, (p, r) in enumerate(zip(prompts, res))]
     assert [t.text for t in trajs] == [p.traces[fmt] + tok.eos_token for p in probs]
-    rl = build_train_batch("structured", trajs, [1.0, 1.0], tok.pad_token_id)
+    rl = build_train_batch("structured", with_advantages(trajs, [1.0, 1.0]), tok.pad_token_id)
     sft = structured_sft_batch(probs, fmt, tok, mode="executed", reprefill=True)
     assert sft.input_ids.shape[1] > max(len(p) + len(r.token_ids) for p, r in zip(prompts, res))  # copies
     assert torch.equal(sft.input_ids, rl.input_ids) and torch.equal(sft.loss_mask, rl.response_mask)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from parallax.contract.batch import Trajectory
+from parallax.contract.batch import Trajectory, with_advantages
 from parallax.layouts.causal import sft_batch, train_batch
 
 
@@ -13,7 +13,8 @@ def _traj(p, r, lp):
 
 
 def test_train_batch_aligns_response_columns():
-    b = train_batch([_traj([5, 6], [7, 8, 9], [-0.1, -0.2, -0.3]), _traj([5], [7], [-0.5])], [2.0, -1.0], pad_id=0)
+    trajs = [_traj([5, 6], [7, 8, 9], [-0.1, -0.2, -0.3]), _traj([5], [7], [-0.5])]
+    b = train_batch(with_advantages(trajs, [2.0, -1.0]), pad_id=0)
     assert b.input_ids.tolist() == [[5, 6, 7, 8, 9], [5, 7, 0, 0, 0]]
     assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]
     assert b.response_mask.tolist() == [[0, 0, 1, 1, 1], [0, 1, 0, 0, 0]]
@@ -22,7 +23,7 @@ def test_train_batch_aligns_response_columns():
 
 
 def test_shard_and_split_keep_rows_together():
-    b = train_batch([_traj([i], [i + 1], [0.0]) for i in range(5)], [float(i) for i in range(5)], pad_id=0)
+    b = train_batch(with_advantages([_traj([i], [i + 1], [0.0]) for i in range(5)], list(range(5))), pad_id=0)
     s = b.shard(1, 2)
     assert s.input_ids[:, 0].tolist() == [1, 3]
     assert [len(m) for m in b.split(2)] == [2, 2, 1]

@@ -15,7 +15,7 @@ import torch
 from doubles.replay import Replay  # tests/ is on sys.path
 
 from parallax import toyworld
-from parallax.contract.batch import SamplingParams, Trajectory
+from parallax.contract.batch import SamplingParams, Trajectory, with_advantages
 from parallax.layouts import build_train_batch, masks
 from parallax.layouts.structured import structured_sft_batch
 from parallax.layouts.teacher import teacher_record, teacher_role_scripts
@@ -86,7 +86,7 @@ def test_teacher_record_equals_executor_record_and_learner_matches_engine(lm, pr
         Trajectory(p.uid, pr, run.token_ids, run.logprobs, run.finish_reason, "", run.record)
         for p, pr, run in zip(problems, prompts, runs)
     ]
-    batch = build_train_batch("structured", trajs, [1.0] * len(trajs), lm[1].pad_token_id)
+    batch = build_train_batch("structured", with_advantages(trajs, [1.0] * len(trajs)), lm[1].pad_token_id)
     with torch.no_grad():
         logp = masks.structured_logprobs(lm[0], batch.input_ids, *batch.structure(), temperature=0.9)
     diff = ((logp - batch.old_logprobs) * batch.response_mask).abs().max()
@@ -99,8 +99,8 @@ def test_threadweaver_rows_cover_every_sampled_token_once(lm, problems) -> None:
         Trajectory(p.uid, pr, r.token_ids, r.logprobs, r.finish_reason, "", r.record)
         for p, pr, r in zip(problems, prompts, runs)
     ]
-    tw = threadweaver_train_batch(trajs, [0.5, -1.0], lm[1].pad_token_id)
-    st = build_train_batch("structured", trajs, [0.5, -1.0], lm[1].pad_token_id)
+    tw = threadweaver_train_batch(with_advantages(trajs, [0.5, -1.0]), lm[1].pad_token_id)
+    st = build_train_batch("structured", with_advantages(trajs, [0.5, -1.0]), lm[1].pad_token_id)
     assert len(tw) == sum(r.requests for r in runs)  # one row per engine request
     assert tw.response_mask.sum() == st.response_mask.sum()
     assert torch.isclose((tw.advantages * tw.response_mask).sum(), (st.advantages * st.response_mask).sum())

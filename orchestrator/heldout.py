@@ -45,7 +45,8 @@ def evaluate(prompts: list[Prompt], fmt, tcfg: TrainerConfig,
         samples = generate(prompts, n=k, seed=EVAL_SEED, stage=EVAL_STAGE, greedy=False)
     rows = [{"uid": g.prompt.uid, "benchmark": g.prompt.meta.get("benchmark", "heldout"), "text": x.text,
              "answer": g.prompt.ground_truth, "difficulty": g.prompt.meta.get("difficulty"),
-             "stratum": _stratum(g.prompt.meta), "correct": x.score.correct}
+             "stratum": _stratum(g.prompt.meta), "correct": x.score.correct,
+             "parsed": x.score.structure.get("in_tokens") if tokenizer is not None else x.score.structure}
             for g in samples.groups for x in g.samples]
     detail = flatten_metrics(evaluate_outputs(rows, fmt, k or 1, budgets=tcfg.eval_budgets,
                                                    tokenizer=tokenizer))

@@ -104,14 +104,18 @@ def _parsed(text: str, fmt: Any, tokenizer: Any = None):
     return stats, res, answer_text(text, spec, res)
 
 
-def structure(res, text: str, fmt: Any, gold: str) -> dict[str, Any]:
+def structure(res, text: str, fmt: Any, gold: str, tokenizer: Any = None) -> dict[str, Any]:
     """The figures the driver logs of one parsed text (`parallax.contract.batch.SampleScore.structure`):
-    `parallax.formats.text_stats` in its default units, from this parse, and `steps_ok`."""
+    `parallax.formats.text_stats` in its default units, from this parse, and `steps_ok`; with the run's
+    `tokenizer`, also `in_tokens`: the same figures counted in its tokens (held-out evaluation's units)."""
     from parallax.formats.metrics import parsed_stats
     from rewards.branch import _share, tree_units
 
     out = parsed_stats(res, text, fmt)
     out["steps_ok"] = _share(tree_units(res.tree) if res.ok else [], gold)
+    if tokenizer is not None:
+        out["in_tokens"] = parsed_stats(res, text, fmt, tokenizer)
+        del out["in_tokens"]["error"]  # the parse's error says its place in words (`out["error"]`)
     return out
 
 
@@ -125,7 +129,7 @@ def analyze_fast(index: int, text: str, gold: str, opts: AnalysisOptions) -> tup
     stats, res, final = _parsed(text, opts.format, opts.tokenizer)
     keep = opts.need_parse
     sample = Sample(stats=stats, tree=res.tree if keep else None,
-                    structure=structure(res, text, opts.format, gold))
+                    structure=structure(res, text, opts.format, gold, opts.tokenizer))
     if not opts.need_accuracy:
         return sample, None
     pred = extract_answer(final)

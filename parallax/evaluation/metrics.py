@@ -82,9 +82,11 @@ def mean_at_k(correct: Sequence[bool]) -> float:
     return sum(bool(c) for c in correct) / len(correct)
 
 
-def sample_stats(text: str, fmt: str, tokenizer: Any = None) -> dict[str, Any]:
-    """Per-sample numbers: valid, has_parallel, total/critical tokens, speedup, first position, shares."""
-    st = formats.text_stats(text, fmt, tokenizer)
+def sample_stats(text: str, fmt: str, tokenizer: Any = None, parsed: dict | None = None) -> dict[str, Any]:
+    """Per-sample numbers: valid, has_parallel, total/critical tokens, speedup, first position, shares.
+    `parsed`: the text's `formats.text_stats` in `tokenizer`'s units where a reader already parsed it (a run's
+    reward actor: `SampleScore.structure["in_tokens"]`), so it is not parsed again."""
+    st = parsed if parsed is not None else formats.text_stats(text, fmt, tokenizer)
     valid = bool(st["valid"])
     total = int(st["total_tokens"] or 0)
     crit = int(st["critical_path_tokens"]) if valid else total  # malformed: nothing runs in parallel
@@ -200,7 +202,7 @@ def _records(groups: dict, fmt: str, tokenizer: Any, scorer: Scorer | None) -> d
     for key, g in groups.items():
         recs = []
         for i, s in enumerate(g):
-            r = sample_stats(s["text"], fmt, tokenizer)
+            r = sample_stats(s["text"], fmt, tokenizer, s.get("parsed"))
             for field in ("critical_path_tokens", "total_tokens"):  # e.g. measured by the executor
                 if s.get(field) is not None:
                     r[field] = int(s[field])
@@ -217,7 +219,8 @@ def evaluate_outputs(samples: list[dict], fmt: str = "parallel_r1", k: int | Non
 
     ``samples``: dicts with ``uid`` (problem id), ``text`` (the response), ``answer`` (reference)
     and optionally ``benchmark`` (default ``"default"``), strata fields (``level``,
-    ``problem_number``, ``difficulty``, ``stratum``), ``correct`` (skip scoring) and measured
+    ``problem_number``, ``difficulty``, ``stratum``), ``correct`` (skip scoring), ``parsed`` (the
+    text's ``formats.text_stats`` in ``tokenizer``'s units: skip parsing) and measured
     ``critical_path_tokens`` / ``total_tokens``.  ``k``: samples per problem (default: the fewest
     any problem has; every problem must have at least k, extra samples are ignored).
     ``pass_ks`` default: 1, powers of two below k, and k.

@@ -61,3 +61,22 @@ def test_steps_ok_is_the_share_of_units_that_check(scorer):
     bad_branch = FORK.replace("5*6=30", "5*6=31")  # branches 1/2 right, the join 12+30=42 right: 2/3
     out = sample_stats(_step(scorer, FORK, bad_branch, SERIAL, BROKEN), "p")
     assert out["p/steps_ok"] == pytest.approx((1 + 2 / 3 + 1 + 0) / 4)
+
+
+def test_with_the_runs_tokenizer_the_one_parse_also_counts_its_tokens(tiny_model_path):
+    """Held-out evaluation counts the model's tokens (the acc@B budgets): a run's reward actor holds the
+    tokenizer's Rust core, and its one parse gives what the format package gives with the tokenizer itself."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    s = RewardScorer("accuracy", {"format": "parallel_r1"}, workers=1, tokenizer=tok.backend_tokenizer)
+    try:
+        texts = [FORK, SERIAL, BROKEN, ""]
+        got = s.score([{"texts": texts, "ground_truth": "42"}]).scores[0]
+    finally:
+        s.close()
+    for t, sc in zip(texts, got):
+        want = text_stats(t, "parallel_r1", tok)
+        del want["error"]  # where a parse failed, in tokens: the words' place is in structure["error"]
+        assert sc.structure["in_tokens"] == want, t
+    assert got[0].structure["in_tokens"]["total_tokens"] != got[0].structure["total_tokens"]  # tokens, not words

@@ -31,12 +31,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from parallax.contract.batch import RewardGroup, SampleScore
 from rewards.analysis import SlowJob, analyze_fast, apply_slow, run_slow
 from rewards.api import analysis_options, score_samples
 from rewards.pool import TimeoutPool
 from rewards.registry import RewardSpec
-from rewards.types import GroupScore, RewardContext, Sample
+from rewards.types import GroupScore, RewardContext, RewardGroup, Sample, SampleScore
 from rewards.verify import preload_modules, slow_verify
 
 __all__ = ["RewardBatch", "RewardGroup", "RewardScorer"]

@@ -15,11 +15,12 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["VERIFIERS", "BaseParams", "GroupScore", "RewardContext", "Sample", "TrajStats"]
+__all__ = ["VERIFIERS", "BaseParams", "GroupScore", "RewardContext", "RewardGroup", "Sample", "SampleScore",
+           "TrajStats"]
 
 #: Answer-equivalence back ends: ``math_verify`` (fast path + math-verify) or ``dapo``
 #: (verl's ``math_dapo`` scorer, DAPO-faithful).
@@ -161,3 +162,26 @@ class BaseParams:
         return get_spec(self.format, **parse_options({
             "summary_placement": self.summary_placement, "summary_accept": self.summary_accept,
             "aliases": self.aliases, "outline_kind": self.outline_kind}))
+
+
+@dataclass(frozen=True)
+class RewardGroup:
+    """One GRPO group as the reward actor takes it: all completions of one prompt and its reference answer."""
+
+    texts: Sequence[str]
+    ground_truth: str
+
+
+@dataclass(frozen=True)
+class SampleScore:
+    """What the reward actor made of one sample, from its one parse of the text: the stage's shaped `reward`,
+    binary accuracy `correct` (accuracy metrics and dynamic sampling read this, never the shaped reward), the
+    reward's named `components`, and `structure`, the parse's figures (`parallax.formats.text_stats`'s keys,
+    in its default units, and `steps_ok`: the share of the text's units whose steps check,
+    `rewards.branch.steps_share`). Statistics, sample tables and evaluation read these; nothing parses the
+    text again."""
+
+    reward: float
+    correct: bool
+    components: dict[str, float] = field(default_factory=dict)
+    structure: dict[str, Any] = field(default_factory=dict)

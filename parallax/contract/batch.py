@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from rewards.types import RewardGroup, SampleScore  # the reward actor's side of the contract, on its floor
+
+__all__ = ["Completion", "ExecutionRecord", "Prompt", "RewardGroup", "SFTBatch", "SampleScore", "SamplingParams",
+           "ScoredGroup", "StepSamples", "TrainBatch", "Trajectory", "advantage_of", "with_advantages"]
 
 
 @dataclass
@@ -93,29 +97,6 @@ class ExecutionRecord:
     segment_request: list[int]  # engine request id that produced segment s (-1: prompt / forced)
     sampled: list[bool]  # [L] True where the token was sampled (trained on); forced/prompt tokens False
     reprefill: bool = False  # the requests re-read their contexts as text (the class docstring)
-
-
-@dataclass(frozen=True)
-class RewardGroup:
-    """One GRPO group as the reward actor takes it: all completions of one prompt and its reference answer."""
-
-    texts: Sequence[str]
-    ground_truth: str
-
-
-@dataclass(frozen=True)
-class SampleScore:
-    """What the reward actor made of one sample, from its one parse of the text: the stage's shaped `reward`,
-    binary accuracy `correct` (accuracy metrics and dynamic sampling read this, never the shaped reward), the
-    reward's named `components`, and `structure`, the parse's figures (`parallax.formats.text_stats`'s keys,
-    in its default units, and `steps_ok`: the share of the text's units whose steps check,
-    `rewards.branch.steps_share`). Statistics, sample tables and evaluation read these; nothing parses the
-    text again."""
-
-    reward: float
-    correct: bool
-    components: dict[str, float] = field(default_factory=dict)
-    structure: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -67,9 +67,9 @@ class WeightExport:
         plan every receiver follows, in wire form (`parallax.weightsync.plan`). `dtype`: the engines' weight dtype,
         which the weights are sent in. `abandonable=False`: called in this process, not as a Ray task (a
         benchmark: no Ray needed). `delta`: each push after the first sends only what changed where that is
-        fewer bytes (`parallax.weightsync.group`)."""
-        from parallax.weightsync.group import SyncGroup
+        fewer bytes (`parallax.weightsync.sync_group`)."""
         from parallax.weightsync.plan import plan_to_wire
+        from parallax.weightsync.sync_group import SyncGroup
 
         self._sync_plan, self._sync_delta = self._plan(bucket_bytes, dtype), delta
         self._staged, self._handles = [], []  # a new plan: new hand-off buffers

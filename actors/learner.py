@@ -27,7 +27,7 @@ from actors.export import WeightExport
 from actors.files import download_tree, tree_pieces, upload_tree, write_tree
 from actors.scoring import score_logprobs, sft_loss, sft_micro_batches
 from parallax.contract.batch import SFTBatch, TrainBatch
-from parallax.contract.learner import LearnerConfig
+from parallax.contract.learner_config import LearnerConfig
 
 
 def ds_config(cfg: LearnerConfig, dtype: str) -> dict[str, Any]:
@@ -75,7 +75,7 @@ class LearnerWorker(WeightExport):
                  init_method: str, master_port: int, seed: int = 0, model_files: dict | None = None):
         import time
 
-        from parallax.weightsync.group import loopback_only
+        from parallax.weightsync.sync_group import loopback_only
 
         started = time.time()
         # init_method: file:// when every rank is on one node (no store socket; gloo on loopback),

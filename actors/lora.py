@@ -1,4 +1,4 @@
-"""LoRA on the learner's model through peft (`learner.lora.*`, parallax/contract/learner.py `LoraConfig`).
+"""LoRA on the learner's model through peft (`learner.lora.*`, parallax/contract/learner_config.py `LoraConfig`).
 
 `wrap` freezes the base and adds adapters to the targeted projections (W x + (alpha / r) B A x) and,
 with `train_tags`, makes the format tags' embedding rows trainable as peft's trainable tokens: those

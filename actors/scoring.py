@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from parallax.contract.batch import SFTBatch
-from parallax.contract.learner import LearnerConfig
+from parallax.contract.learner_config import LearnerConfig
 from parallax.layouts import logprobs as chunked
 
 

@@ -180,7 +180,7 @@ def export(worker) -> dict:
 
     import torch
 
-    from parallax.weightsync.group import SyncGroup
+    from parallax.weightsync.sync_group import SyncGroup
 
     t0 = time.perf_counter()
     state = worker.state_dict()

@@ -221,7 +221,7 @@ def run_consistency(args) -> None:
     from parallax.executors.kv import KVExecutor
     from parallax.layouts import build_train_batch
     from parallax.layouts.logprobs import token_logprobs
-    from parallax.layouts.teacher import teacher_role_scripts
+    from parallax.layouts.sft_records import teacher_role_scripts
     from parallax.tinylm import TinyModelConfig, build_tiny_model
 
     path = build_tiny_model(

@@ -10,7 +10,7 @@ they generate with (`recover`): the same version, since the learners have not mo
 The transports (`WeightSync`, chosen once by `make_weight_sync`):
 
 `CollectiveSync` (default): learner rank 0 and every engine worker form one torch.distributed group
-(gloo on CPU, NCCL where every member sees CUDA: `parallax.weightsync.group`), opened on the first push; each
+(gloo on CPU, NCCL where every member sees CUDA: `parallax.weightsync.sync_group`), opened on the first push; each
 push is rank 0 broadcasting its weights in buckets while every engine receives and loads them. An engine on a learner
 rank's own GPU (`rollout.colocate`) is handed them there by that rank instead (`parallax.weightsync.handoff`).
 The weights never pass through the driver or Ray's object store, and no filesystem is shared.
@@ -33,8 +33,8 @@ import ray
 from actors.faults import ActorLost, is_loss, summary, wait_alive
 from actors.group import LearnerGroup, RolloutGroup
 from parallax.contract.engine import WeightSyncConfig
-from parallax.weightsync.group import loopback_only
 from parallax.weightsync.handoff import handoff_pairs
+from parallax.weightsync.sync_group import loopback_only
 
 
 class EngineWeights:
@@ -232,7 +232,7 @@ def shared_devices(members: dict[str, dict]) -> dict[str, list[str]]:
 
 
 class CollectiveSync:
-    """`store` gives a fresh rendezvous address (`parallax.weightsync.group.open_store`) each time the group
+    """`store` gives a fresh rendezvous address (`parallax.weightsync.sync_group.open_store`) each time the group
     forms: on the first push, and after `reset` (an engine was lost and restarted).
 
     Each engine's transport is decided when the group forms, from the devices its members were given:

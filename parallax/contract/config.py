@@ -21,7 +21,7 @@ from parallax.contract.curriculum import (  # noqa: F401 -- the schemas stay imp
 from parallax.contract.data import DataConfig, FormatOptions  # noqa: F401 -- importable from here
 from parallax.contract.engine import VLLMConfig, WeightSyncConfig
 from parallax.contract.errors import MISSING, ConfigError, _check, _check_resources, _check_reward  # noqa: F401
-from parallax.contract.learner import LearnerConfig, LoraConfig  # noqa: F401 -- importable from here
+from parallax.contract.learner_config import LearnerConfig, LoraConfig  # noqa: F401 -- importable from here
 from parallax.contract.ranges import check_section
 from parallax.contract.scale import ScaleConfig, apply_scale
 from parallax.tinylm import TinyModelConfig

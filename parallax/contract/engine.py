@@ -40,7 +40,7 @@ class WeightSyncConfig:
     """`rollout.weight_sync.*`: learner rank 0 -> every engine after each update (parallax/weightsync/).
 
     collective: a torch.distributed group between learner rank 0 and every engine worker; rank 0
-    broadcasts its weights in buckets (parallax/weightsync/group.py). object_store: rank 0's state dict
+    broadcasts its weights in buckets (parallax/weightsync/sync_group.py). object_store: rank 0's state dict
     goes through Ray's object store and each engine loads it (the fallback: any cluster, no ports).
     """
 
@@ -53,7 +53,7 @@ class WeightSyncConfig:
     timeout_s: float = 300.0
     # Send each bucket's change since the last push (the engines' dtype elements that changed, as indices and
     # values) where that is fewer bytes, every engine still bit-equal to the learner's cast
-    # (parallax/weightsync/group.py). null: on for a gloo group between nodes, where the wire is the cost; off
+    # (parallax/weightsync/sync_group.py). null: on for a gloo group between nodes, where the wire is the cost; off
     # on one node (a push is a memory copy there, faster than the change's pass over the weights on 2 cores)
     # and over NCCL (whose receivers would keep a second copy of the weights in GPU memory for it).
     delta: bool | None = None

@@ -4,7 +4,7 @@
   the tokenizer) and `ENGINES`, the name -> "module:Class" table `make_engine` resolves;
 * `hf.py`: transformers on CPU (or one GPU), a hand-written decode loop; `vllm.py`: vLLM;
 * `decode_kv.py`: the copy-free KV-cache decode step both CPU decode loops run;
-* `sampling.py`: padding, top-p, the speculative grammar draw; `grammar.py`: the one xgrammar
+* `sampling.py`: padding, top-p, the speculative grammar draw; `constrained.py`: the one xgrammar
   masker every decode loop uses.
 
 Nothing here knows the parallel formats' fork/join (that is `parallax/executors/`).

@@ -48,7 +48,7 @@ class Engine(Protocol):
     sync_ranks: int  # ranks the engine holds in the collective weight-sync group (its workers)
 
     def open_sync(self, address: str, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
-        """Join the weight-sync group (`parallax.weightsync.group`; `address` its store)
+        """Join the weight-sync group (`parallax.weightsync.sync_group`; `address` its store)
         as ranks rank .. rank + sync_ranks - 1."""
 
     def close_sync(self) -> None:

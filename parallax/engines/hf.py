@@ -41,7 +41,7 @@ class HFEngine:
     sync_ranks = 1  # ranks this engine holds in the weight-sync group
 
     def open_sync(self, address: str, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
-        from parallax.weightsync.group import SyncGroup
+        from parallax.weightsync.sync_group import SyncGroup
 
         self.close_sync()
         self._sync = SyncGroup(address, rank, world_size, backend, timeout_s)
@@ -103,7 +103,7 @@ class HFEngine:
         row generated so far, logits / T [B, V]) to the logits the token is drawn from; logprobs stay the model's.
         `grammar`: an EBNF grammar (xgrammar dialect, `parallax.formats.ebnf`) for every prompt, or one per
         prompt (None: free), applied as a token bitmask, as vLLM's structured outputs do. Logprobs are
-        the model's unmasked `logits / T` (`parallax/engines/grammar.py` says why)."""
+        the model's unmasked `logits / T` (`parallax/engines/constrained.py` says why)."""
         if limits is not None and (len(limits) != len(prompts) or min(limits, default=1) < 1):
             raise ValueError("limits needs one value >= 1 per prompt")
         grammars = grammar if isinstance(grammar, list) else [grammar] * len(prompts)
@@ -122,7 +122,7 @@ class HFEngine:
         if not any(grammars):
             return None
         if self._masker is None:
-            from parallax.engines.grammar import GrammarMasker
+            from parallax.engines.constrained import GrammarMasker
 
             self._masker = GrammarMasker(None, self.tokenizer, self.model.config.vocab_size)
         return [self._masker.new_state(g) if g else None for g in grammars]
@@ -143,7 +143,7 @@ class HFEngine:
         decoder = KVDecoder(self.model)
         states = self._states(grammars or [None] * B)
         # draw unmasked, check the draw, mask and redraw only refused rows: exact (p / Z) unless a
-        # processor or top-p renormalises after the mask (parallax/engines/grammar.py)
+        # processor or top-p renormalises after the mask (parallax/engines/constrained.py)
         speculate = params.top_p >= 1.0 and (processor is None or getattr(processor, "commutes_with_mask", False))
         raw = decoder.prefill(ids, mask, pos)  # [B, V]
         step_pos = pos[:, -1:]
@@ -152,7 +152,7 @@ class HFEngine:
             if params.top_p < 1.0 and states is None:
                 logits = top_p_filter(logits, params.top_p)
             # reported: the sampling distribution; under a grammar the model's own (unmasked, no top-p),
-            # always finite for whatever the grammar lets through (parallax/engines/grammar.py)
+            # always finite for whatever the grammar lets through (parallax/engines/constrained.py)
             logp = logits.log_softmax(-1)  # [B, V]
             so_far = None
             if processor is not None:  # each row's tokens so far (a finished row: up to its stop)

@@ -1,7 +1,7 @@
 """Sampling helpers every decode loop shares: padding, top-p, and the speculative grammar draw.
 
 `grammar_draw` is the one place a grammar meets a draw (the hf engine's `generate` and the KV
-executor both call it; why drawing first is exact: `parallax/engines/grammar.py`).
+executor both call it; why drawing first is exact: `parallax/engines/constrained.py`).
 """
 
 from __future__ import annotations

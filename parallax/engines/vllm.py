@@ -44,11 +44,11 @@ class WeightSyncExtension:
 
     Runs in vLLM's worker process; called through `collective_rpc`, whose serialiser carries plain
     values only (a tensor argument fails: "cannot pickle memoryview"), so weights arrive over the
-    sync group (`parallax.weightsync.group`) or, on the object-store path, as a safetensors file.
+    sync group (`parallax.weightsync.sync_group`) or, on the object-store path, as a safetensors file.
     """
 
     def parallax_open_sync(self, address: str, rank: int, world_size: int, backend: str, timeout_s: float) -> int:
-        from parallax.weightsync.group import SyncGroup
+        from parallax.weightsync.sync_group import SyncGroup
 
         self.parallax_close_sync()
         self._parallax_sync = SyncGroup(address, rank + self.rank, world_size, backend, timeout_s)

@@ -13,7 +13,7 @@ requests that re-read their context). Everything else is the same and lives here
 
 Logprobs are those of the model's distribution `logits / T`, before bans, grammar masks, top-p
 and test processors: exactly what the learner recomputes from the `ExecutionRecord` (why that is
-the right definition under a grammar: `parallax/engines/grammar.py`). Forced tokens (tags, thread
+the right definition under a grammar: `parallax/engines/constrained.py`). Forced tokens (tags, thread
 headers) carry logprob 0.0 and `sampled=False` in the record: context, not loss.
 """
 

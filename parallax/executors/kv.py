@@ -70,7 +70,7 @@ class KVExecutor(ExecutorBase):
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos
         self.grammar = None
         if cfg.grammar:
-            from parallax.engines.grammar import GrammarMasker
+            from parallax.engines.constrained import GrammarMasker
 
             self.grammar = GrammarMasker(self.spec, tokenizer, model.config.vocab_size)
         # CPU seconds of the decoding thread (time.thread_time: preemption on a shared machine does not count)

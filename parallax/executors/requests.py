@@ -28,7 +28,7 @@ request* at a time, as Parason dispatches threads on SGLang:
   (`parallax.formats.ebnf(spec, start)`: the response, a thread / path body + its closing tag, a summary
   body), through the engine's structured outputs (vLLM; xgrammar bitmasks on hf). The engine
   matches strings, so it cannot stop a tag spelled in pieces the way the KV executor's masker
-  does (`parallax/engines/grammar.py`); a request restarted mid-text (after a cut) re-enters its
+  does (`parallax/engines/constrained.py`); a request restarted mid-text (after a cut) re-enters its
   body's grammar at the start.
 
 Every request re-reads its context causally, as text, with positions 0..n-1, so records say

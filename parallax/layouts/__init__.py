@@ -10,9 +10,9 @@ training step branches on a layout name:
 * `threadweaver` (threadweaver.py): one causal row per engine request.
 
 Beside them: the attention masks and structured scoring (masks.py), SFT packing (packing.py),
-teacher-trace emulation for cold-start SFT (teacher.py), records (records.py), padding (pad.py).
+teacher-trace emulation for cold-start SFT (sft_records.py), records (records.py), padding (pad.py).
 """
 
-from parallax.layouts.registry import LAYOUTS, Layout, build_train_batch, get_layout
+from parallax.layouts.layout import LAYOUTS, Layout, build_train_batch, get_layout
 
 __all__ = ["LAYOUTS", "Layout", "build_train_batch", "get_layout"]

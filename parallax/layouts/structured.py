@@ -6,7 +6,7 @@ sees every branch as the branch computed it (the "Unseen" variant). Exact for th
 executed mode. A request-executor record (`ExecutionRecord.reprefill`, which says why) gets the
 text causally plus copies of the requests that saw less than the text before them
 (`parallax/layouts/reprefill.py`): exact too, with one prefix per trajectory. Cold-start SFT trains the same
-layout on teacher traces (`structured_sft_batch`, records from `parallax/layouts/teacher.py`).
+layout on teacher traces (`structured_sft_batch`, records from `parallax/layouts/sft_records.py`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from parallax.layouts.masks import pack_records
 from parallax.layouts.pad import padded_sft_batch, padded_train_batch
 from parallax.layouts.records import record_of
 from parallax.layouts.reprefill import expand_reprefill
-from parallax.layouts.teacher import teacher_record
+from parallax.layouts.sft_records import teacher_record
 
 
 def _with_layout(batch, records: list[ExecutionRecord]):

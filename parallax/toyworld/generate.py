@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from parallax.formats import PARALLEL_R1, FormatSpec
 from parallax.toyworld.problem import FAMILIES, FAMILY_CHOICES, LONG_FAMILIES, MAX_DIFFICULTY, Problem
 from parallax.toyworld.tasks import check_difficulty, flawed, sample_mul, sample_search, sample_subtask, sample_trial
-from parallax.toyworld.teacher import render_all
+from parallax.toyworld.traces import render_all
 
 __all__ = ["Difficulty", "as_difficulty", "corpus", "difficulty_text", "generate", "make_splits"]
 
@@ -120,7 +120,7 @@ def _stream(
     probability s, are its serial trace (a teacher that forks only sometimes).  With
     ``teacher_verify`` v and ``teacher_midfork`` m, each problem's parallel traces fork, with
     probability v, after the whole serial solution (a parallel verification) and, with
-    probability m, after its first part (``parallax.toyworld.teacher.SHAPES``); otherwise at their
+    probability m, after its first part (``parallax.toyworld.traces.SHAPES``); otherwise at their
     first token.  Each kind of slip draws from its own stream, so the problems (and the other
     kinds' slips) are the same for every p, q, s, v and m.
     """

@@ -2,7 +2,7 @@
 
 A :class:`Solution` is the small tree a programmatic teacher solves a problem into: one
 parallel block of independent branches plus a merge step.  The three traces of a
-:class:`Problem` are renderings of that one tree (``parallax.toyworld.teacher``), so they always carry
+:class:`Problem` are renderings of that one tree (``parallax.toyworld.traces``), so they always carry
 the same content and the same final answer.
 """
 
@@ -54,7 +54,7 @@ class Problem:
     #: True when the teacher did not fork on this problem (``make_splits(teacher_serial=...)``):
     #: every trace kind holds the serial trace.
     teacher_serial: bool = False
-    #: Where the parallel traces fork (``parallax.toyworld.teacher.SHAPES``; ``make_splits(teacher_verify=...,
+    #: Where the parallel traces fork (``parallax.toyworld.traces.SHAPES``; ``make_splits(teacher_verify=...,
     #: teacher_midfork=...)``): ``"fork"`` at the first token, ``"midfork"`` or ``"verify"`` later.
     teacher_shape: str = "fork"
     #: The problem's identity up to reordering (:attr:`Solution.key`): ``3*4+5*6`` and ``6*5+4*3`` share

@@ -4,7 +4,7 @@ The driver's side, `orchestrator/weights.py` (`EngineWeights`), counts the polic
 transport; this package is what the learner and the engines run on either end of it:
 
 * collective (default): learner rank 0 and every engine worker form one torch.distributed group
-  (`group.py`: NCCL when every member sees CUDA, gloo otherwise). Rank 0 makes the plan once
+  (`sync_group.py`: NCCL when every member sees CUDA, gloo otherwise). Rank 0 makes the plan once
   (`plan.py`: names, dtypes -- the engines' own, so a bf16 engine gets bf16 -- shapes, buckets, tied
   aliases), every engine gets it in wire form, and each push broadcasts the weights bucket by bucket;
 * the same-device hand-off (`handoff.py`): an engine on a learner rank's own GPU maps the buckets that

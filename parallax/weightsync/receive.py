@@ -3,7 +3,7 @@
 Each engine says how its model takes weights (`load`, or the model itself); what arrives and how it
 is checked is decided here, once for every engine:
 
-* `receive`: the collective path. One broadcast over the group (`parallax.weightsync.group`), the plan rebuilt
+* `receive`: the collective path. One broadcast over the group (`parallax.weightsync.sync_group`), the plan rebuilt
   from its wire form, every tensor handed to the engine's loader as its bucket arrives, each tied alias
   last with its source's tensor;
 * `copy_into`: such a loader for a model in this process (the hf engine): each tensor copied into place;
@@ -23,7 +23,7 @@ import torch
 from parallax.weightsync.plan import SyncPlan, aliases, plan_from_wire
 
 if TYPE_CHECKING:
-    from parallax.weightsync.group import SyncGroup
+    from parallax.weightsync.sync_group import SyncGroup
 
 Weights = Iterator[tuple[str, torch.Tensor]]  # (name, tensor), in the checkpoint's own names
 

@@ -61,7 +61,7 @@ def test_the_driver_stores_a_learners_checkpoint_holding_a_piece_at_a_time(ray_c
     from actors.learner import LearnerWorker
     from orchestrator.setup import _rendezvous, store_address
     from parallax import toyworld
-    from parallax.contract.learner import LearnerConfig
+    from parallax.contract.learner_config import LearnerConfig
     from parallax.tinylm import TinyModelConfig, build_tiny_model
 
     model = str(build_tiny_model(tmp_path / "model", TinyModelConfig(hidden_size=384, intermediate_size=1152),

@@ -174,8 +174,8 @@ def test_two_zero3_learners_match_one_learner(ray_cluster, tiny_model_path, tmp_
     from doubles.plans import plan_for  # tests/ is on sys.path
     from ray.util import remove_placement_group
 
-    from parallax.weightsync.group import SyncGroup
     from parallax.weightsync.plan import plan_from_wire
+    from parallax.weightsync.sync_group import SyncGroup
 
     def _walk(worker, bucket_bytes):
         """On a learner (defined here: Ray pickles it by value): its export plan, and per bucket the

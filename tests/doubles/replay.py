@@ -3,7 +3,7 @@
 A random tiny model driven by `Replay` writes teacher traces token by token while everything
 else — the model forward, KV cache, batching, forks, joins, positions, the record — is real.
 `role_scripts` splits a trace (a `formats` tree) into what each executed request emits;
-`parallax.layouts.teacher.teacher_role_scripts` does the same for a teacher trace's text. The one replay
+`parallax.layouts.sft_records.teacher_role_scripts` does the same for a teacher trace's text. The one replay
 test double of the tests and the benches; engines take it through `parallax.executors.base.engine_processor`,
 and vLLM, which runs no callback in its workers, takes each request's script (`request_args`), which
 `script_vllm.ScriptProcessor` pins there (`VLLMEngine(logits_processors=[SCRIPT_PROCESSOR])`).

@@ -83,8 +83,8 @@ def test_vllm_collective_sync_equals_a_transformers_forward(engine, tiny_model_p
     from transformers import AutoModelForCausalLM
 
     from parallax.contract.batch import SamplingParams
-    from parallax.weightsync.group import SyncGroup
     from parallax.weightsync.plan import plan_named, plan_to_wire
+    from parallax.weightsync.sync_group import SyncGroup
 
     tok = engine.tokenizer
     prompt, params = tok.encode("Q: 1\nA:"), SamplingParams(max_new_tokens=8, greedy=True)

@@ -17,7 +17,7 @@ import torch
 
 from parallax.contract.batch import SamplingParams
 from parallax.contract.config import ExecutorConfig
-from parallax.engines.grammar import GrammarMasker
+from parallax.engines.constrained import GrammarMasker
 from parallax.executors.kv import KVExecutor
 
 

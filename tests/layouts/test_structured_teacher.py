@@ -17,8 +17,8 @@ from doubles.replay import Replay  # tests/ is on sys.path
 from parallax import toyworld
 from parallax.contract.batch import SamplingParams, Trajectory, with_advantages
 from parallax.layouts import build_train_batch, masks
+from parallax.layouts.sft_records import teacher_record, teacher_role_scripts
 from parallax.layouts.structured import structured_sft_batch
-from parallax.layouts.teacher import teacher_record, teacher_role_scripts
 from parallax.layouts.threadweaver import threadweaver_train_batch
 
 

@@ -18,7 +18,7 @@ from orchestrator.samples import sample_rows
 from orchestrator.structure import sample_stats
 from parallax.contract.batch import Prompt, SampleScore, ScoredGroup, StepSamples, Trajectory
 from parallax.formats import text_stats
-from parallax.layouts.registry import build_train_batch
+from parallax.layouts.layout import build_train_batch
 
 FORK = "<Parallel><Path>3*4=12</Path><Path>5*6=30</Path><Summary>12+30=42</Summary></Parallel> #### 7"
 

@@ -69,7 +69,7 @@ def test_a_member_lost_while_the_group_forms_frees_the_others_within_seconds(ray
     class Former:  # what learner rank 0 and an engine do in open_sync: join a real gloo group
         def join(self, address: str, rank: int, world: int) -> int:
             from actors.faults import abandonable
-            from parallax.weightsync.group import SyncGroup
+            from parallax.weightsync.sync_group import SyncGroup
 
             self.group = abandonable(lambda: SyncGroup(address, rank, world, "gloo", 300), "weight-sync rendezvous")
             return rank

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["parallax.toyworld", "parallax.toyworld.problem", "parallax.toyworld.tasks", "parallax.toyworld.teacher",
+MODULES = ["parallax.toyworld", "parallax.toyworld.problem", "parallax.toyworld.tasks", "parallax.toyworld.traces",
            "parallax.toyworld.generate", "parallax.toyworld.stats"]
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from parallax import toyworld
 from parallax.formats import parse
-from parallax.toyworld.teacher import final_line
+from parallax.toyworld.traces import final_line
 
 Q = 0.3
 

@@ -134,7 +134,7 @@ def test_parason_threads_get_the_header_the_executor_forces(tmp_path):
     (ex,), report = load_trajectories(str(path), "parason", "parason")
     text = ex.traces["parason"]
     assert f"<Thread>{thread_header('3*4')}12</Thread>" in text and report.normalized == 1
-    from parallax.layouts.teacher import teacher_record  # the structured SFT layout accepts it
+    from parallax.layouts.sft_records import teacher_record  # the structured SFT layout accepts it
 
     class Tok:  # one token per character, offsets included
         eos_token_id = 0

@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from parallax.weightsync.group import SyncGroup, loopback_only
 from parallax.weightsync.plan import plan_named
+from parallax.weightsync.sync_group import SyncGroup, loopback_only
 
 
 def _free_port() -> int:
@@ -48,7 +48,7 @@ def test_delta_pushes_leave_every_receiver_bit_equal_to_the_senders_cast(tmp_pat
     the second push on, the wire carries only the bf16 elements that changed (indices and values), and
     every receiver still holds exactly the learner's bf16 cast, the tied alias and the int64 buffer too.
     A bucket where most elements changed goes whole."""
-    from parallax.weightsync.group import grain
+    from parallax.weightsync.sync_group import grain
 
     g = torch.Generator().manual_seed(1)
     emb = torch.randn(300, 16, generator=g)
@@ -141,7 +141,7 @@ def test_one_node_stores_keep_to_loopback():
 
 _NCCL_MEMBER = """
 import sys, torch
-from parallax.weightsync.group import SyncGroup
+from parallax.weightsync.sync_group import SyncGroup
 from parallax.weightsync.plan import plan_named
 rank, address = int(sys.argv[1]), sys.argv[2]
 torch.cuda.set_device(0)  # both members on the one GPU, as a colocated engine and learner rank 0 would be

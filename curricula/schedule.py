@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from curricula.bounds import AT_LEAST_1, Bound, broken
+
 
 @dataclass(frozen=True)
 class RewardChoice:
@@ -28,6 +30,11 @@ class RewardChoice:
 
     name: str
     params: dict[str, Any] = field(default_factory=dict)
+
+
+# the config's schema reads these (curricula/bounds.py)
+SLOT_RANGES: dict[str, Bound] = {"steps": AT_LEAST_1}
+PHASE_RANGES: dict[str, Bound] = {"steps": AT_LEAST_1}
 
 
 @dataclass(frozen=True)
@@ -41,8 +48,8 @@ class Slot:
     def __post_init__(self) -> None:
         if not self.reward:
             raise ValueError("a schedule slot needs a reward name")
-        if self.steps < 1:
-            raise ValueError(f"schedule slot {self.reward!r}: steps must be >= 1, got {self.steps}")
+        if problem := broken("steps", self.steps, SLOT_RANGES["steps"]):
+            raise ValueError(f"schedule slot {self.reward!r}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -56,8 +63,8 @@ class Phase:
         object.__setattr__(self, "cycle", tuple(self.cycle))
         if not self.cycle:
             raise ValueError("a schedule phase needs at least one slot in its cycle")
-        if self.steps is not None and self.steps < 1:
-            raise ValueError(f"schedule phase: steps must be >= 1 or null, got {self.steps}")
+        if problem := broken("steps", self.steps, PHASE_RANGES["steps"]):
+            raise ValueError(f"schedule phase: {problem} (or null: until the stage ends)")
 
     @property
     def window(self) -> int:

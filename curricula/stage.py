@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from curricula.bounds import AT_LEAST_0, AT_LEAST_1, Bound, broken
 from curricula.schedule import (
     Phase,
     RewardChoice,
@@ -30,10 +31,9 @@ LR_SCHEDULES = ("constant", "cosine")
 
 # Each numeric setting's range, (lo, hi, lo_open, hi_open) with None unbounded: the stage checks itself against
 # it, and the config's schema (`parallax.contract.ranges`, `curriculum.stages.*.<key>`) reads it from here.
-STAGE_RANGES: dict[str, tuple[float | None, float | None, bool, bool]] = {
-    "steps": (0, None, False, False), "epochs": (0, None, True, False), "batch_size": (1, None, False, False),
-    "rollout_n": (1, None, False, False), "lr": (0, None, True, False), "weight_decay": (0, None, False, False),
-    "warmup_ratio": (0, 1, False, True),
+STAGE_RANGES: dict[str, Bound] = {
+    "steps": AT_LEAST_0, "epochs": (0, None, True, False), "batch_size": AT_LEAST_1, "rollout_n": AT_LEAST_1,
+    "lr": (0, None, True, False), "weight_decay": AT_LEAST_0, "warmup_ratio": (0, 1, False, True),
 }
 
 
@@ -110,13 +110,7 @@ def _problems(s: Stage) -> list[str]:
         out.append("an sft stage takes no reward, schedule or rollout_n")
     if s.reward_params and not s.reward:
         out.append("reward_params given without a reward name")
-    for key, (lo, hi, lo_open, hi_open) in STAGE_RANGES.items():
-        v = getattr(s, key)
-        below = v is not None and lo is not None and (v <= lo if lo_open else v < lo)
-        if below or (v is not None and hi is not None and (v >= hi if hi_open else v > hi)):
-            want = " and ".join(x for x in (None if lo is None else f"{'>' if lo_open else '>='} {lo:g}",
-                                            None if hi is None else f"{'<' if hi_open else '<='} {hi:g}") if x)
-            out.append(f"{key} must be {want}, got {v}")
+    out += [p for key, bound in STAGE_RANGES.items() if (p := broken(key, getattr(s, key), bound))]
     if s.lr_schedule is not None and s.lr_schedule not in LR_SCHEDULES:
         out.append(f"lr_schedule must be one of {LR_SCHEDULES}, got {s.lr_schedule!r}")
     return out

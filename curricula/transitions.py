@@ -16,11 +16,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from curricula.bounds import AT_LEAST_0, AT_LEAST_1, Bound, broken
+
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
 
 #: The metric the driver reports for epoch transitions: epochs of the stage's data consumed
 #: since the stage started (batches x batch size / dataset size).
 EPOCH_METRIC = "data/epoch"
+
+
+# the config's schema reads these (curricula/bounds.py)
+PREDICATE_RANGES: dict[str, Bound] = {"min_steps": AT_LEAST_0, "patience": AT_LEAST_1}
 
 
 @dataclass(frozen=True)
@@ -39,9 +45,9 @@ class Predicate:
             raise ValueError("a transition predicate needs a metric name")
         if self.op not in _OPS:
             raise ValueError(f"predicate on {self.metric!r}: op must be one of {sorted(_OPS)}, got {self.op!r}")
-        if self.min_steps < 0 or self.patience < 1:
-            raise ValueError(f"predicate on {self.metric!r}: need min_steps >= 0 and patience >= 1, "
-                             f"got {self.min_steps}, {self.patience}")
+        for key, bound in PREDICATE_RANGES.items():
+            if problem := broken(key, getattr(self, key), bound):
+                raise ValueError(f"predicate on {self.metric!r}: {problem}")
 
     def holds(self, metrics: Mapping[str, Any]) -> bool:
         if self.metric not in metrics:

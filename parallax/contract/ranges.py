@@ -23,7 +23,9 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from curricula.schedule import PHASE_RANGES, SLOT_RANGES
 from curricula.stage import STAGE_RANGES
+from curricula.transitions import PREDICATE_RANGES
 from parallax.contract.errors import ConfigError
 
 
@@ -106,11 +108,12 @@ RANGES: dict[str, Range] = {
     "trainer.seed": SEED,
     "trainer.max_failures": NONNEG, "trainer.max_staleness": NONNEG, "trainer.dynamic_sampling_rounds": NONNEG,
     # curriculum
-    **{f"curriculum.stages.*.{k}": Range(*r) for k, r in STAGE_RANGES.items()},  # the stage's own (curricula)
-    "curriculum.stages.*.schedule.*.steps": COUNT,
-    "curriculum.stages.*.schedule.*.cycle.*.steps": COUNT,
-    "curriculum.stages.*.until.*.value": Range(), "curriculum.stages.*.until.*.min_steps": NONNEG,
-    "curriculum.stages.*.until.*.patience": COUNT,
+    # the curriculum's own (curricula/bounds.py)
+    **{f"curriculum.stages.*.{k}": Range(*r) for k, r in STAGE_RANGES.items()},
+    **{f"curriculum.stages.*.schedule.*.{k}": Range(*r) for k, r in PHASE_RANGES.items()},
+    **{f"curriculum.stages.*.schedule.*.cycle.*.{k}": Range(*r) for k, r in SLOT_RANGES.items()},
+    **{f"curriculum.stages.*.until.*.{k}": Range(*r) for k, r in PREDICATE_RANGES.items()},
+    "curriculum.stages.*.until.*.value": Range(),
     # cluster, logging, scale
     "cluster.num_cpus": COUNT, "cluster.start_timeout_s": gt(0), "cluster.max_restarts": NONNEG,
     "cluster.placement_timeout_s": gt(0), "logging.print_every": NONNEG,

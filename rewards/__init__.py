@@ -22,15 +22,15 @@ from rewards import parallel_r1 as _parallel_r1  # noqa: F401  (registers the Pa
 from rewards import parason as _parason  # noqa: F401  (registers the Parason rewards)
 from rewards.api import score_group, score_samples
 from rewards.registry import RewardEntry, RewardSpec, get_reward, make_params, register, reward_names
-from rewards.types import BaseParams, GroupScore, RewardContext, Sample, TrajStats
+from rewards.types import Analysis, BaseParams, GroupScore, RewardContext, TrajStats
 
 __all__ = [
+    "Analysis",
     "BaseParams",
     "GroupScore",
     "RewardContext",
     "RewardEntry",
     "RewardSpec",
-    "Sample",
     "TrajStats",
     "get_reward",
     "make_params",

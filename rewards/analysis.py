@@ -1,4 +1,4 @@
-"""Turn completion texts into analysed :class:`~rewards.types.Sample` records.
+"""Turn completion texts into analysed :class:`~rewards.types.Analysis` records.
 
 Per text, in the calling process (cheap, linear time, never raises):
 
@@ -33,7 +33,7 @@ from parallax.formats.parser import answer_text, parse
 from parallax.formats.spec import resolve_spec
 from rewards.extract import extract_answer, extract_answers
 from rewards.pool import Outcome, TimeoutPool
-from rewards.types import Sample, TrajStats
+from rewards.types import Analysis, TrajStats
 from rewards.verify import MAX_ANSWER_CHARS, _as_number, fast_verdict, normalize, slow_verify
 
 __all__ = ["AnalysisOptions", "SlowJob", "analyze_fast", "analyze_group", "run_slow", "trajectory_stats"]
@@ -119,16 +119,16 @@ def structure(res, text: str, fmt: Any, gold: str, tokenizer: Any = None) -> dic
     return out
 
 
-def analyze_fast(index: int, text: str, gold: str, opts: AnalysisOptions) -> tuple[Sample, SlowJob | None]:
+def analyze_fast(index: int, text: str, gold: str, opts: AnalysisOptions) -> tuple[Analysis, SlowJob | None]:
     """In-process analysis of one text; returns the sample and the slow job still to run
-    (``None`` when decided).  A non-str text gives ``Sample(error="bad_input")``."""
+    (``None`` when decided).  A non-str text gives ``Analysis(error="bad_input")``."""
     if not isinstance(text, str):
         from parallax.formats.metrics import text_stats
 
-        return Sample(error="bad_input", structure={**text_stats(text, opts.format), "steps_ok": 0.0}), None
+        return Analysis(error="bad_input", structure={**text_stats(text, opts.format), "steps_ok": 0.0}), None
     stats, res, final = _parsed(text, opts.format, opts.tokenizer)
     keep = opts.need_parse
-    sample = Sample(stats=stats, tree=res.tree if keep else None,
+    sample = Analysis(stats=stats, tree=res.tree if keep else None,
                     structure=structure(res, text, opts.format, gold, opts.tokenizer))
     if not opts.need_accuracy:
         return sample, None
@@ -167,7 +167,7 @@ def run_slow(jobs: Sequence[SlowJob], pool: TimeoutPool | None) -> list[Outcome]
     return out
 
 
-def apply_slow(samples: list[Sample], jobs: Sequence[SlowJob], outcomes: Sequence[Outcome]) -> None:
+def apply_slow(samples: list[Analysis], jobs: Sequence[SlowJob], outcomes: Sequence[Outcome]) -> None:
     """Write slow verdicts into ``samples`` (in place); failures become ``error`` samples."""
     for job, o in zip(jobs, outcomes):
         s = samples[job.index]
@@ -182,9 +182,9 @@ def apply_slow(samples: list[Sample], jobs: Sequence[SlowJob], outcomes: Sequenc
 
 def analyze_group(
     texts: Sequence[str], gold: str, opts: AnalysisOptions, pool: TimeoutPool | None = None
-) -> list[Sample]:
+) -> list[Analysis]:
     """Analyse one group's texts against ``gold``; errors become samples with ``error`` set."""
-    samples: list[Sample] = []
+    samples: list[Analysis] = []
     jobs: list[SlowJob] = []
     for i, t in enumerate(texts):
         s, job = analyze_fast(i, t, gold, opts)

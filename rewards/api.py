@@ -20,7 +20,7 @@ from typing import Any
 from rewards.analysis import AnalysisOptions, analyze_group
 from rewards.pool import TimeoutPool
 from rewards.registry import get_reward, make_params
-from rewards.types import BaseParams, GroupScore, RewardContext, Sample
+from rewards.types import Analysis, BaseParams, GroupScore, RewardContext
 
 __all__ = ["analysis_options", "score_group", "score_samples"]
 
@@ -38,7 +38,7 @@ def analysis_options(name: str, params: BaseParams, tokenizer: Any = None) -> An
     )
 
 
-def score_samples(name: str, samples: Sequence[Sample], ctx: RewardContext, params: BaseParams) -> GroupScore:
+def score_samples(name: str, samples: Sequence[Analysis], ctx: RewardContext, params: BaseParams) -> GroupScore:
     """Apply reward ``name`` to one analysed group; adds ``errors`` counted by reason."""
     entry = get_reward(name)
     if not samples:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rewards.registry import register
-from rewards.types import BaseParams, GroupScore, RewardContext, Sample
+from rewards.types import Analysis, BaseParams, GroupScore, RewardContext
 
 __all__ = ["BranchParams", "branch_acc", "sample_units", "steps_share", "tree_units", "unit_correct"]
 
@@ -85,7 +85,7 @@ def tree_units(tree) -> list[str]:
     return units + [main] if not units or _EQUATION.search(main) else units
 
 
-def sample_units(sample: Sample) -> list[str]:
+def sample_units(sample: Analysis) -> list[str]:
     """:func:`tree_units` of a scored sample; ``[]`` when it did not parse."""
     return tree_units(sample.tree) if sample.tree is not None and sample.format_valid else []
 
@@ -122,7 +122,7 @@ class BranchParams(BaseParams):
 
 
 @register("branch_acc", params=BranchParams, needs_accuracy=True, needs_parse=True)
-def branch_acc(samples: Sequence[Sample], ctx: RewardContext, p: BranchParams) -> GroupScore:
+def branch_acc(samples: Sequence[Analysis], ctx: RewardContext, p: BranchParams) -> GroupScore:
     """Per-branch reward: +-1 for the answer plus ``branch_weight`` x the share of the sample's
     units (its branches, and its main chain's join) whose steps check; a text that does not
     parse gets no branch credit."""

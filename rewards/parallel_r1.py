@@ -11,9 +11,9 @@ Every value is a config param.  Defaults follow the paper:
   each window of 10 steps, steps 0-7 use accuracy +-1, steps 8-9 use ``tiered``.
 
 Example:
-    >>> from rewards.types import RewardContext, Sample, TrajStats
+    >>> from rewards.types import RewardContext, Analysis, TrajStats
     >>> par = TrajStats(total_tokens=10, critical_tokens=6, n_blocks=1)
-    >>> g = [Sample(correct=True, stats=par), Sample(correct=True), Sample(correct=False, stats=par)]
+    >>> g = [Analysis(correct=True, stats=par), Analysis(correct=True), Analysis(correct=False, stats=par)]
     >>> tiered(g, RewardContext(), TieredParams()).rewards
     [1.2, 1.0, -1.0]
     >>> s2_uses_tiered(7, S2Params()), s2_uses_tiered(8, S2Params())
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rewards.registry import register
-from rewards.types import BaseParams, GroupScore, RewardContext, Sample
+from rewards.types import Analysis, BaseParams, GroupScore, RewardContext
 
 __all__ = [
     "AccuracyParams",
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 
-def _common(samples: Sequence[Sample]) -> dict[str, list[float]]:
+def _common(samples: Sequence[Analysis]) -> dict[str, list[float]]:
     """Components every Parallel-R1 reward logs."""
     return {
         "acc": [float(s.correct) for s in samples],
@@ -48,7 +48,7 @@ def _common(samples: Sequence[Sample]) -> dict[str, list[float]]:
     }
 
 
-def _score(samples: Sequence[Sample], rewards: list[float], **extra: list[float]) -> GroupScore:
+def _score(samples: Sequence[Analysis], rewards: list[float], **extra: list[float]) -> GroupScore:
     return GroupScore(rewards, [s.correct for s in samples], {**_common(samples), **extra})
 
 
@@ -62,7 +62,7 @@ class FormatParams(BaseParams):
 
 
 @register("format", params=FormatParams, needs_accuracy=False, needs_parse=True)
-def format_reward(samples: Sequence[Sample], ctx: RewardContext, p: FormatParams) -> GroupScore:
+def format_reward(samples: Sequence[Analysis], ctx: RewardContext, p: FormatParams) -> GroupScore:
     """Well-formedness only: ``valid`` if the trajectory parses (and has a parallel block
     when ``require_parallel``), else ``invalid``.  No answer verification."""
     ok = [s.format_valid and (s.has_parallel or not p.require_parallel) for s in samples]
@@ -77,19 +77,19 @@ class AccuracyParams(BaseParams):
     wrong: float = -1.0
 
 
-def _accuracy(samples: Sequence[Sample], p: AccuracyParams) -> GroupScore:
+def _accuracy(samples: Sequence[Analysis], p: AccuracyParams) -> GroupScore:
     return _score(samples, [p.correct if s.correct else p.wrong for s in samples])
 
 
 @register("accuracy", params=AccuracyParams, needs_accuracy=True, needs_parse=False)
-def accuracy(samples: Sequence[Sample], ctx: RewardContext, p: AccuracyParams) -> GroupScore:
+def accuracy(samples: Sequence[Analysis], ctx: RewardContext, p: AccuracyParams) -> GroupScore:
     """Answer correctness only: ``correct`` (+1) or ``wrong`` (-1).  With
     ``verifier=dapo`` this is DAPO's +-1 reward."""
     return _accuracy(samples, p)
 
 
 @register("s1", params=AccuracyParams, needs_accuracy=True, needs_parse=True)
-def s1(samples: Sequence[Sample], ctx: RewardContext, p: AccuracyParams) -> GroupScore:
+def s1(samples: Sequence[Analysis], ctx: RewardContext, p: AccuracyParams) -> GroupScore:
     """Parallel-R1 Unseen S1: accuracy only (+1 / -1); parses so that the parallel ratio
     is logged."""
     return _accuracy(samples, p)
@@ -104,7 +104,7 @@ class ParallelAccParams(BaseParams):
 
 
 @register("parallel_acc", params=ParallelAccParams, needs_accuracy=True, needs_parse=True)
-def parallel_acc(samples: Sequence[Sample], ctx: RewardContext, p: ParallelAccParams) -> GroupScore:
+def parallel_acc(samples: Sequence[Analysis], ctx: RewardContext, p: ParallelAccParams) -> GroupScore:
     """Stage-1 reward R_parallel x R_acc: ``hit`` (1) only when correct and at least one
     well-formed parallel unit exists, else ``miss`` (0)."""
     return _score(samples, [p.hit if (s.correct and s.has_parallel) else p.miss for s in samples])
@@ -119,12 +119,12 @@ class TieredParams(BaseParams):
     wrong: float = -1.0
 
 
-def _tiered_values(samples: Sequence[Sample], pc: float, c: float, w: float) -> list[float]:
+def _tiered_values(samples: Sequence[Analysis], pc: float, c: float, w: float) -> list[float]:
     return [(pc if s.has_parallel else c) if s.correct else w for s in samples]
 
 
 @register("tiered", params=TieredParams, needs_accuracy=True, needs_parse=True)
-def tiered(samples: Sequence[Sample], ctx: RewardContext, p: TieredParams) -> GroupScore:
+def tiered(samples: Sequence[Analysis], ctx: RewardContext, p: TieredParams) -> GroupScore:
     """Tiered reward: 1.2 parallel-and-correct, 1.0 correct, -1.0 otherwise."""
     return _score(samples, _tiered_values(samples, p.parallel_correct, p.correct, p.wrong))
 
@@ -158,7 +158,7 @@ def s2_uses_tiered(step: int, p: S2Params) -> bool:
 
 
 @register("s2", params=S2Params, needs_accuracy=True, needs_parse=True)
-def s2(samples: Sequence[Sample], ctx: RewardContext, p: S2Params) -> GroupScore:
+def s2(samples: Sequence[Analysis], ctx: RewardContext, p: S2Params) -> GroupScore:
     """Parallel-R1 Unseen S2: accuracy +-1 on 8 of every 10 steps, tiered on the other 2.
     The step comes from ``ctx.step``; component ``s2_tiered`` says which one applied."""
     use_tiered = s2_uses_tiered(ctx.step, p)

@@ -7,9 +7,9 @@ reports beta_sub, beta_trial in {0.05, 0.1} and alpha in {0, 0.1}; it gives no r
 (rho = 1.0, rho_clip = 0.2) are ours, not the paper's.
 
 Example:
-    >>> from rewards.types import RewardContext, Sample, TrajStats
+    >>> from rewards.types import RewardContext, Analysis, TrajStats
     >>> fast = TrajStats(total_tokens=100, critical_tokens=70, eta=0.3, n_blocks=1)
-    >>> g = [Sample(correct=True, stats=fast), Sample(correct=False, stats=fast)]
+    >>> g = [Analysis(correct=True, stats=fast), Analysis(correct=False, stats=fast)]
     >>> acceleration_reward(g, RewardContext(), AccelerationParams(rho=1.0, rho_clip=0.2)).rewards
     [0.2, 0.0]
 """
@@ -21,18 +21,18 @@ from dataclasses import dataclass
 
 from rewards.pa_grpo import F_NAMES, acceleration, pa_grpo_rewards
 from rewards.registry import register
-from rewards.types import BaseParams, GroupScore, RewardContext, Sample
+from rewards.types import Analysis, BaseParams, GroupScore, RewardContext
 
 __all__ = ["AccelerationParams", "PAGRPOParams", "acceleration_reward", "pa_grpo"]
 
 
-def _stat(samples: Sequence[Sample], attr: str) -> list[float | None]:
+def _stat(samples: Sequence[Analysis], attr: str) -> list[float | None]:
     """Per-sample stat, None for samples without a well-formed trajectory: they are left out
     of the group's z-statistics (their numbers describe only a valid prefix)."""
     return [float(getattr(s.stats, attr)) if s.format_valid else None for s in samples]
 
 
-def _base(samples: Sequence[Sample]) -> dict[str, list[float]]:
+def _base(samples: Sequence[Analysis]) -> dict[str, list[float]]:
     return {
         "acc": [float(s.correct) for s in samples],
         "format_valid": [float(s.format_valid) for s in samples],
@@ -64,7 +64,7 @@ class PAGRPOParams(BaseParams):
 
 
 @register("pa_grpo", params=PAGRPOParams, needs_accuracy=True, needs_parse=True)
-def pa_grpo(samples: Sequence[Sample], ctx: RewardContext, p: PAGRPOParams) -> GroupScore:
+def pa_grpo(samples: Sequence[Analysis], ctx: RewardContext, p: PAGRPOParams) -> GroupScore:
     """Parason PA-GRPO: -1 + 2*1[correct]*(1 - a f(zT) + b_sub f(zR_sub) + b_trial f(zR_trial)
     + min(rho eta, rho_clip)), z within the group."""
     correct = [s.correct and (s.format_valid or not p.require_valid_format) for s in samples]
@@ -98,7 +98,7 @@ class AccelerationParams(BaseParams):
 
 
 @register("acceleration", params=AccelerationParams, needs_accuracy=True, needs_parse=True)
-def acceleration_reward(samples: Sequence[Sample], ctx: RewardContext, p: AccelerationParams) -> GroupScore:
+def acceleration_reward(samples: Sequence[Analysis], ctx: RewardContext, p: AccelerationParams) -> GroupScore:
     """ThreadWeaver-style acceleration term alone: min(rho*eta, rho_clip) if correct."""
     eta = [s.stats.eta if s.format_valid else 0.0 for s in samples]
     accel = [acceleration(e, p.rho, p.rho_clip) for e in eta]

@@ -35,7 +35,7 @@ from rewards.analysis import SlowJob, analyze_fast, apply_slow, run_slow
 from rewards.api import analysis_options, score_samples
 from rewards.pool import TimeoutPool
 from rewards.registry import RewardSpec
-from rewards.types import GroupScore, RewardContext, RewardGroup, Sample, SampleScore
+from rewards.types import Analysis, GroupScore, RewardContext, RewardGroup, SampleScore
 from rewards.verify import preload_modules, slow_verify
 
 __all__ = ["RewardBatch", "RewardGroup", "RewardScorer"]
@@ -129,9 +129,9 @@ class RewardScorer:
     MAX_TIMEOUT_SHARE = 0.5
     MIN_TIMEOUTS = 8
 
-    def _analyse(self, groups: list[RewardGroup], opts) -> list[list[Sample]]:
+    def _analyse(self, groups: list[RewardGroup], opts) -> list[list[Analysis]]:
         """Steps 1-2: fast analysis here, slow verification in the pool."""
-        out: list[list[Sample]] = []
+        out: list[list[Analysis]] = []
         jobs: list[SlowJob] = []
         where: list[tuple[int, int]] = []
         for gi, g in enumerate(groups):
@@ -140,7 +140,7 @@ class RewardScorer:
                 try:
                     s, job = analyze_fast(len(jobs), text, g.ground_truth, opts)
                 except Exception:  # noqa: BLE001 - a bug on one text must not fail the step
-                    s, job = Sample(error="exception"), None
+                    s, job = Analysis(error="exception"), None
                 row.append(s)
                 if job is not None:
                     jobs.append(job)
@@ -160,7 +160,7 @@ class RewardScorer:
                 out[gi][si] = s
         return out
 
-    def _score_one(self, name: str, samples: list[Sample], ctx: RewardContext, params) -> GroupScore:
+    def _score_one(self, name: str, samples: list[Analysis], ctx: RewardContext, params) -> GroupScore:
         try:
             return score_samples(name, samples, ctx, params)
         except Exception:  # noqa: BLE001 - e.g. a custom reward's bug on odd input
@@ -196,7 +196,7 @@ class RewardScorer:
         return self._batch(scores, analysed, {"timing/reward_analyse": t1 - t0, "timing/reward_fn": t2 - t1})
 
     @staticmethod
-    def _batch(scores: list[GroupScore], analysed: list[list[Sample]], timing: dict[str, float]) -> RewardBatch:
+    def _batch(scores: list[GroupScore], analysed: list[list[Analysis]], timing: dict[str, float]) -> RewardBatch:
         errors: Counter[str] = Counter()
         sums: Counter[str] = Counter()
         n = 0

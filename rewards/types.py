@@ -2,13 +2,13 @@
 
 Pure dataclasses, no heavy imports.  A reward function has the shape::
 
-    fn(samples: Sequence[Sample], ctx: RewardContext, params: P) -> GroupScore
+    fn(samples: Sequence[Analysis], ctx: RewardContext, params: P) -> GroupScore
 
 where ``samples`` is ONE GRPO group (all completions of one prompt), already analysed
 (answer extracted and verified, trajectory parsed by ``formats``) by :mod:`rewards.analysis`.
 
 Example:
-    >>> s = Sample(correct=True, pred="42", stats=None)
+    >>> s = Analysis(correct=True, pred="42", stats=None)
     >>> GroupScore(rewards=[1.0], correct=[s.correct], components={"acc": [1.0]}).size
     1
 """
@@ -19,8 +19,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["VERIFIERS", "BaseParams", "GroupScore", "RewardContext", "RewardGroup", "Sample", "SampleScore",
-           "TrajStats"]
+__all__ = [
+    "VERIFIERS",
+    "Analysis",
+    "BaseParams",
+    "GroupScore",
+    "RewardContext",
+    "RewardGroup",
+    "SampleScore",
+    "TrajStats",
+]
 
 #: Answer-equivalence back ends: ``math_verify`` (fast path + math-verify) or ``dapo``
 #: (verl's ``math_dapo`` scorer, DAPO-faithful).
@@ -66,7 +74,7 @@ class TrajStats:
 
 
 @dataclass(frozen=True)
-class Sample:
+class Analysis:
     """One completion after analysis.
 
     ``correct`` is binary accuracy (False when not verified or on error); ``pred`` the

@@ -19,7 +19,7 @@ Example:
     >>> fast_verdict("1,000", "1000"), fast_verdict("41", "42"), fast_verdict("1/2", "0.5")
     (True, False, None)
 
-Every verdict that is not *correct* carries its reason (``Sample.reason``): ``no_answer`` (nothing
+Every verdict that is not *correct* carries its reason (``Analysis.reason``): ``no_answer`` (nothing
 extracted), ``too_long`` (over ``MAX_ANSWER_CHARS`` and not a plain number), ``unparseable``
 (math-verify read nothing in the prediction or the reference), ``mismatch`` (compared: different),
 ``multiple_answers`` (``multiple_answers="reject"`` and the text gives several), or the error of a

@@ -52,12 +52,12 @@ def test_one_unit(text, truth, ok):
 
 
 @pytest.mark.parametrize("kind", ["parallel_r1", "parason"])
-@pytest.mark.parametrize("shape", toyworld.teacher.SHAPES)
+@pytest.mark.parametrize("shape", toyworld.traces.SHAPES)
 def test_teacher_traces_earn_full_branch_credit_and_one_bad_branch_loses_its_share(kind, shape):
     rng = random.Random(3)
     for _ in range(30):
         _, sol = (toyworld.tasks.sample_subtask if rng.random() < 0.5 else toyworld.tasks.sample_trial)(rng, 2)
-        text = toyworld.teacher.render_all(sol, shape=shape)[kind]
+        text = toyworld.traces.render_all(sol, shape=shape)[kind]
         got = rewards.score_group("branch_acc", [text], str(sol.answer), params={"format": kind})
         assert got.components["branch_share"] == [1.0] and got.rewards == [1.5], text
         # The last part's work, where the block holds it, one digit off: that branch alone fails.

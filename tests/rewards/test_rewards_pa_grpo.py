@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from rewards import RewardContext, Sample, TrajStats, score_group
+from rewards import Analysis, RewardContext, TrajStats, score_group
 from rewards.pa_grpo import acceleration, pa_grpo_rewards, transform, zscores
 from rewards.parason import PAGRPOParams, pa_grpo
 
@@ -127,9 +127,9 @@ def test_pa_grpo_reward_excludes_malformed_from_statistics():
     # valid T = 10, 30 -> z = -1, +1; the malformed sample is left out (z = 0, eta = 0)
     # alpha = 0.1 linear: R = -1 + 2*(1 +- 0.1) = [1.2, 0.8]; malformed but correct: 1.0
     g = [
-        Sample(True, "1", _st(10)),
-        Sample(True, "1", _st(30)),
-        Sample(True, "1", _st(99, eta=0.9, valid=False)),
+        Analysis(True, "1", _st(10)),
+        Analysis(True, "1", _st(30)),
+        Analysis(True, "1", _st(99, eta=0.9, valid=False)),
     ]
     out = pa_grpo(g, RewardContext(), PAGRPOParams(alpha=0.1, beta_sub=0, beta_trial=0, rho=1.0))
     assert out.rewards == pytest.approx([1.2, 0.8, 1.0])

@@ -23,7 +23,7 @@ def clean():
 
 def test_shape_rates_and_the_test_split_forks_first(splits, clean):
     train, test = splits
-    rates = {s: sum(p.teacher_shape == s for p in train) / len(train) for s in toyworld.teacher.SHAPES}
+    rates = {s: sum(p.teacher_shape == s for p in train) / len(train) for s in toyworld.traces.SHAPES}
     assert abs(rates["verify"] - V) < 0.04 and abs(rates["midfork"] - M) < 0.04, rates  # binomial sd < 0.009
     assert [p.traces for p in test] == [p.traces for p in clean[1]]
 
@@ -58,7 +58,7 @@ def test_each_shape_puts_its_block_where_it_says_with_the_same_work(splits, clea
 def test_the_first_parallel_position_moves_with_the_shape(splits):
     train, _ = splits
     pos = {}
-    for s in toyworld.teacher.SHAPES:
+    for s in toyworld.traces.SHAPES:
         got = [compute_metrics(parse(p.traces["parallel_r1"], "parallel_r1"), "parallel_r1").first_parallel_pos
                for p in train if p.teacher_shape == s]
         pos[s] = sum(got) / len(got)

@@ -72,7 +72,7 @@ class WeightExport:
         from parallax.weightsync.sync_group import SyncGroup
 
         self._sync_plan, self._sync_delta = self._plan(bucket_bytes, dtype), delta
-        self._staged, self._handles = [], []  # a new plan: new hand-off buffers
+        self._staged, self._handles, self._sets = [], [], None  # a new plan: new hand-off buffers
         if self.rank != 0:
             return None
         self.close_sync()
@@ -110,11 +110,21 @@ class WeightExport:
         t = time.perf_counter()
         plan = self._sync_plan
         pieces = self._pieces(plan)
-        # on CPU the staged buffers serve every push of this plan (the engine keeps them mapped); on a GPU they
-        # are freed once the engines have loaded (`release_staged`), as the learner's memory is the update's
-        keep = stage and torch.device(self.device).type == "cpu" and len(getattr(self, "_staged", [])) == len(
-            plan.buckets)
-        if not keep:
+        # On CPU two sets of staged buffers serve every push of this plan in turn: a CPU engine binds its
+        # parameters to the set it was handed (no copy) and the driver waits for it before the next push, so
+        # this push writes the set no engine reads. On a GPU they are freed once the engines have copied them
+        # (`release_staged`), as the learner's memory is the update's.
+        keep = False
+        if stage and torch.device(self.device).type == "cpu":
+            if getattr(self, "_sets", None) is None:
+                self._sets, self._turn = [([], []), ([], [])], 0
+            self._turn += 1
+            self._staged, self._handles = self._sets[self._turn % 2]
+            keep = len(self._staged) == len(plan.buckets)
+            if not keep:
+                self._staged.clear()
+                self._handles.clear()
+        else:
             self._staged, self._handles = [], []
 
         def walked():  # the pieces in plan order, each staged on its way
@@ -145,6 +155,7 @@ class WeightExport:
 
     def release_staged(self) -> None:
         """Free the buffers `send_weights(stage=True)` shared (every engine has loaded from them); on CPU they
-        are kept for the next push (shared memory the engine keeps mapped; `open_sync` drops them)."""
+        are kept for the push after next (shared memory the engines keep mapped, and bound to until the next
+        push; `open_sync` drops them)."""
         if torch.device(self.device).type != "cpu":
             self._staged, self._handles = [], []

@@ -16,7 +16,7 @@ from parallax.contract.batch import Completion, SamplingParams
 from parallax.engines.decode_kv import KVDecoder
 from parallax.engines.sampling import draw as draw_token
 from parallax.engines.sampling import grammar_draw, left_pad, top_p_filter
-from parallax.weightsync.receive import copy_into, load_state, receive
+from parallax.weightsync.receive import bind_into, copy_into, load_state, own_parameters, receive
 
 
 class HFEngine:
@@ -36,7 +36,15 @@ class HFEngine:
         self._masker = None  # GrammarMasker for `generate(grammar=...)`, built on first use
 
     def load_weights(self, state_dict: dict[str, Any]) -> int:
+        self._own()
         return load_state(self.model, state_dict)
+
+    def _own(self) -> None:
+        """Parameters in memory of the engine's own before a path that copies into them (`receive_shared`
+        on CPU binds them to the learner rank's buffers instead)."""
+        if getattr(self, "_bound", False):
+            own_parameters(self.model)
+            self._bound = False
 
     sync_ranks = 1  # ranks this engine holds in the weight-sync group
 
@@ -55,14 +63,21 @@ class HFEngine:
     def receive_weights(self, plan: dict) -> int:
         """Take the learner's broadcast, copying each tensor into place (`parallax.weightsync.receive`); bytes
         received."""
+        self._own()
         params = self.model.state_dict()
         return receive(self._sync, plan, lambda weights, wanted: copy_into(params, weights, wanted))
 
     @torch.no_grad()
     def receive_shared(self, handles: list[bytes], plan: dict) -> int:
-        """The same-device hand-off (`parallax.weightsync.handoff`): copy each staged tensor into place; bytes."""
+        """The same-device hand-off (`parallax.weightsync.handoff`); bytes. On CPU the parameters are bound to
+        the staged buffers themselves, no copy (the learner rank writes the other of its two sets next push,
+        and the driver waits for this call first); on a GPU each staged tensor is copied into place (the rank
+        frees its buffers after)."""
         from parallax.weightsync.handoff import receive_shared
 
+        if str(self.device) == "cpu":
+            self._bound = True
+            return receive_shared(handles, plan, lambda weights, wanted: bind_into(self.model, weights, wanted))
         params = self.model.state_dict()
         return receive_shared(handles, plan, lambda weights, wanted: copy_into(params, weights, wanted))
 

@@ -14,9 +14,12 @@ hand a colocated engine its weights the same way, by CUDA IPC):
 
 A handle is plain bytes (vLLM's `collective_rpc` carries plain values). The sender keeps its buffers
 until every receiver has loaded (`LearnerWorker.release_staged`), the receiver copies out of them. On CPU
-the same buffers serve every push (`rollout.weight_sync.cpu_handoff`: an engine on a CPU learner rank's
-node): the rank casts into them, and the engine keeps them mapped (`opened`), so a push is one cast and one
-copy, with no socket between (gloo over loopback spent most of a push on it: bench/bench_sync.py).
+(`rollout.weight_sync.cpu_handoff`: an engine on a CPU learner rank's node) the rank keeps two sets of
+buffers and casts each push into the one it did not use last, and the engine keeps both mapped (`opened`)
+and binds its parameters to the set it is handed (the hf engine: `parallax.weightsync.receive.bind_into`),
+so a push is one cast, with no copy and no socket (gloo over loopback spent most of a push on it:
+bench/bench_sync.py). The driver waits for every engine's hand-off before the next push, so the set a
+rank writes is never the one an engine reads.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ def share(buf: torch.Tensor) -> bytes:
 
 
 _MAPPED: dict[bytes, torch.Tensor] = {}  # CPU handles -> their buffers, mapped once (the sender reuses them)
+_RECENT: list[set[bytes]] = []  # the handles of the last two pushes
 
 
 def opened(handle: bytes) -> torch.Tensor:
@@ -67,7 +71,8 @@ def receive_shared(handles: list[bytes], wire: dict, load: Callable[[Weights, Sy
     plan = plan_from_wire(wire)
     if len(handles) != len(plan.buckets):
         raise ValueError(f"weight hand-off: {len(handles)} buffers for a plan of {len(plan.buckets)} buckets")
-    for stale in set(_MAPPED) - set(handles):  # buffers the sender no longer uses (a new plan)
+    _RECENT[:] = [*_RECENT[-1:], set(handles)]  # this push's and the last one's: a CPU sender's two sets
+    for stale in set(_MAPPED) - set().union(*_RECENT):  # buffers the sender no longer uses (a new plan)
         del _MAPPED[stale]
 
     def weights() -> Weights:

@@ -52,6 +52,38 @@ def copy_into(params: dict[str, torch.Tensor], weights: Weights, plan: SyncPlan)
         raise ValueError(f"weight sync: the learner sent no {missing[:5]}")
 
 
+def bind_into(model: torch.nn.Module, weights: Weights, plan: SyncPlan) -> None:
+    """Point every received parameter of `model` at its tensor (no copy: the hand-off's shared buffers on
+    CPU, which the sender writes every other push, `parallax.weightsync.handoff`); a buffer (not a
+    parameter) is copied into place. Refuses what `copy_into` refuses, and a tensor of another shape or
+    dtype than its parameter's, before any parameter moves."""
+    params = dict(model.named_parameters(remove_duplicate=False))  # a tied weight under each of its names
+    state = model.state_dict()
+    got: dict[str, torch.Tensor] = {}
+    for name, t in weights:
+        if name not in state:
+            raise ValueError(f"weight sync: the learner sent {name!r}, which this model does not have")
+        if name in params and (t.shape != params[name].shape or t.dtype != params[name].dtype):
+            raise ValueError(f"weight sync: {name} came as {t.dtype}{tuple(t.shape)}, the model holds "
+                             f"{params[name].dtype}{tuple(params[name].shape)}")
+        got[name] = t
+    missing = sorted(set(state) - set(got))
+    if missing:
+        raise ValueError(f"weight sync: the learner sent no {missing[:5]}")
+    for name, t in got.items():
+        if name in params:
+            params[name].data = t
+        else:
+            state[name].copy_(t)
+
+
+def own_parameters(model: torch.nn.Module) -> None:
+    """Give `model` parameters of its own memory again (after `bind_into`), before anything writes into
+    them in place: the buffers they were bound to belong to the sender."""
+    for p in model.parameters():
+        p.data = p.data.clone()
+
+
 def load_state(model: torch.nn.Module, state_dict: dict[str, Any]) -> int:
     """The object-store path: the learner's state dict into `model`; its bytes."""
     missing, unexpected = model.load_state_dict(state_dict, strict=False)

@@ -83,8 +83,10 @@ def test_actors_start_without_what_they_never_use(ray_cluster, groups):
 
 @pytest.mark.parametrize("method", ["collective", "object_store", "cpu_handoff"])
 def test_weight_sync_makes_rollout_equal_learner(ray_cluster, groups, tiny_model_path, method):
-    """Every path leaves the engine equal to the learner. `cpu_handoff` (the engine on the learner's node maps
-    the buffers the rank casts into, `rollout.weight_sync.cpu_handoff`) pushes twice: the second reuses them."""
+    """Every path leaves the engine equal to the learner. `cpu_handoff` (the engine on the learner's node binds
+    its parameters to the buffers the rank casts into, `rollout.weight_sync.cpu_handoff`) pushes three times:
+    the rank's two sets of buffers in turn, the first one again on the third; and a push staged but not yet
+    handed over writes the set the engine does not hold, so the engine's weights stay those it was handed."""
     import dataclasses
 
     from orchestrator.weights import CollectiveSync, make_weight_sync
@@ -94,7 +96,7 @@ def test_weight_sync_makes_rollout_equal_learner(ray_cluster, groups, tiny_model
             "cpu_handoff": CollectiveSync(dataclasses.replace(groups.sync.cfg, cpu_handoff=True), groups.sync.store),
             }[method]
     try:
-        for version in (7, 8)[: 2 if method == "cpu_handoff" else 1]:
+        for version in (7, 8, 9)[: 3 if method == "cpu_handoff" else 1]:
             before = ray_cluster.get(groups.rollout.actors[0].get_weights.remote())
             stats = ray_cluster.get(groups.learner.async_sft_step(_sft_batch(tiny_model_path), lr=1e-2))
             assert all(torch.isfinite(torch.tensor(s["sft/loss"])) for s in stats)
@@ -112,6 +114,11 @@ def test_weight_sync_makes_rollout_equal_learner(ray_cluster, groups, tiny_model
             assert figures["sync/bytes"] == (total if method == "object_store" else unique)
         if method == "cpu_handoff":
             assert sync.transports == {"rollout_0": "handoff"} and figures["sync/handoff_bytes"] == unique
+            assert ray_cluster.get(groups.rollout.actors[0].__ray_call__.remote(lambda w: w.engine._bound))
+            ray_cluster.get(groups.learner.async_sft_step(_sft_batch(tiny_model_path), lr=1e-2))
+            ray_cluster.get([a.send_weights.remote(stage=True) for a in groups.learner.actors])  # not handed over
+            held = ray_cluster.get(groups.rollout.actors[0].get_weights.remote())
+            assert all(torch.equal(held[k], after[k]) for k in after)  # the engine's set was not written
     finally:
         if method == "cpu_handoff":  # the learner left the fixture's group for this one: the next push forms it anew
             groups.sync.reset(groups.learner, groups.rollout)

@@ -100,7 +100,8 @@ class WeightExport:
         """Broadcast the current weights over the sync group, bucket by bucket (rank 0 sends; every rank
         joins each bucket's ZeRO-3 gather). Under ZeRO-3 a bucket is copied out before its gather ends.
         `stage`: also pack each bucket into a buffer of this rank's own, shared with the engine on its
-        device (`parallax.weightsync.handoff`) and kept until `release_staged`; "handles" holds their handles.
+        device (`parallax.weightsync.handoff`) and kept until `release_staged`; "handles" holds their handles,
+        and "kept" says they are this rank's CPU sets, which serve the next pushes (no release to wait for).
         Rank 0 and a staging rank return their figures, any other None."""
         import time
 
@@ -151,7 +152,8 @@ class WeightExport:
             return None
         return {"sync/bytes": float(sent), "sync/dense_bytes": float(plan.nbytes),
                 "sync/buckets": float(len(plan.buckets)),
-                "timing/sync_send": time.perf_counter() - t, "handles": list(self._handles) if stage else []}
+                "timing/sync_send": time.perf_counter() - t, "handles": list(self._handles) if stage else [],
+                "kept": stage and getattr(self, "_sets", None) is not None}
 
     def release_staged(self) -> None:
         """Free the buffers `send_weights(stage=True)` shared (every engine has loaded from them); on CPU they

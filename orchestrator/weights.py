@@ -324,6 +324,8 @@ class CollectiveSync:
         got = _wait(refs, self.cfg.timeout_s, "broadcast")
         sent = got.pop("learner")
         handles = [s.pop("handles") if s else [] for s in sent]
+        kept = [bool(s.pop("kept", False)) if s else False for s in sent]
+        release = not all(kept[r] for r in stagers)  # a rank's GPU buffers are freed; its CPU sets serve on
         stats = dict(sent[0])
         received = [v for vs in got.values() for v in vs]
         if any(r != stats["sync/bytes"] for r in received):
@@ -335,7 +337,8 @@ class CollectiveSync:
             try:
                 handed = [v for vs in _wait(refs, self.cfg.timeout_s, "hand-off").values() for v in vs]
             finally:
-                _wait({"learner": learners.async_call("release_staged")}, self.cfg.timeout_s, "release staged")
+                if release:
+                    _wait({"learner": learners.async_call("release_staged")}, self.cfg.timeout_s, "release staged")
             stats["sync/handoff_bytes"] = float(sum(handed))
             stats["sync/bytes"] += stats["sync/handoff_bytes"]
         if self.fallback is not None:

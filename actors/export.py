@@ -72,7 +72,7 @@ class WeightExport:
         from parallax.weightsync.sync_group import SyncGroup
 
         self._sync_plan, self._sync_delta = self._plan(bucket_bytes, dtype), delta
-        self._staged, self._handles, self._sets = [], [], None  # a new plan: new hand-off buffers
+        self._staged, self._handles, self._unlinked, self._sets = [], [], set(), None  # a new plan: new buffers
         if self.rank != 0:
             return None
         self.close_sync()
@@ -101,7 +101,8 @@ class WeightExport:
         joins each bucket's ZeRO-3 gather). Under ZeRO-3 a bucket is copied out before its gather ends.
         `stage`: also pack each bucket into a buffer of this rank's own, shared with the engine on its
         device (`parallax.weightsync.handoff`) and kept until `release_staged`; "handles" holds their handles,
-        and "kept" says they are this rank's CPU sets, which serve the next pushes (no release to wait for).
+        and "kept" says they are this rank's CPU sets, which serve the next pushes, with their names already
+        removed (`release_staged`: no release to wait for).
         Rank 0 and a staging rank return their figures, any other None."""
         import time
 
@@ -118,15 +119,16 @@ class WeightExport:
         keep = False
         if stage and torch.device(self.device).type == "cpu":
             if getattr(self, "_sets", None) is None:
-                self._sets, self._turn = [([], []), ([], [])], 0
+                self._sets, self._turn = [([], [], set()), ([], [], set())], 0
             self._turn += 1
-            self._staged, self._handles = self._sets[self._turn % 2]
+            self._staged, self._handles, self._unlinked = self._sets[self._turn % 2]
             keep = len(self._staged) == len(plan.buckets)
             if not keep:
                 self._staged.clear()
                 self._handles.clear()
+                self._unlinked.clear()
         else:
-            self._staged, self._handles = [], []
+            self._staged, self._handles, self._unlinked = [], [], set()
 
         def walked():  # the pieces in plan order, each staged on its way
             for i, (bucket, piece) in enumerate(zip(plan.buckets, pieces)):
@@ -153,11 +155,19 @@ class WeightExport:
         return {"sync/bytes": float(sent), "sync/dense_bytes": float(plan.nbytes),
                 "sync/buckets": float(len(plan.buckets)),
                 "timing/sync_send": time.perf_counter() - t, "handles": list(self._handles) if stage else [],
-                "kept": stage and getattr(self, "_sets", None) is not None}
+                "kept": keep and len(self._unlinked) == len(self._handles)}
 
     def release_staged(self) -> None:
-        """Free the buffers `send_weights(stage=True)` shared (every engine has loaded from them); on CPU they
+        """Free the buffers `send_weights(stage=True)` shared (every engine has loaded from them). On CPU they
         are kept for the push after next (shared memory the engines keep mapped, and bound to until the next
-        push; `open_sync` drops them)."""
+        push; `open_sync` drops them), and their names are removed now that every engine has mapped them: the
+        memory lives while a process maps it and is freed with the last, however the processes end (a Ray
+        worker's children, torch's shared-memory manager among them, die with it, and names left behind
+        filled /dev/shm)."""
         if torch.device(self.device).type != "cpu":
             self._staged, self._handles = [], []
+            return
+        from parallax.weightsync.handoff import unlink
+
+        unlink([h for h in self._handles if h not in self._unlinked])
+        self._unlinked.update(self._handles)

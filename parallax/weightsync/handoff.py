@@ -19,7 +19,8 @@ buffers and casts each push into the one it did not use last, and the engine kee
 and binds its parameters to the set it is handed (the hf engine: `parallax.weightsync.receive.bind_into`),
 so a push is one cast, with no copy and no socket (gloo over loopback spent most of a push on it:
 bench/bench_sync.py). The driver waits for every engine's hand-off before the next push, so the set a
-rank writes is never the one an engine reads.
+rank writes is never the one an engine reads. Once every engine has mapped a set, the rank removes its
+names (`unlink`): the memory then goes with the last process that maps it, however the run ends.
 """
 
 from __future__ import annotations
@@ -65,13 +66,32 @@ def opened(handle: bytes) -> torch.Tensor:
     return buf
 
 
+def shm_name(handle: bytes) -> str | None:
+    """The shared-memory name a CPU handle opens (``/torch_...``, under /dev/shm); a CUDA handle has none."""
+    kind, (_, args), *_ = pickle.loads(handle)
+    return args[2].decode() if kind == "cpu" else None
+
+
+def unlink(handles: list[bytes]) -> None:
+    """Remove the names of CPU buffers every receiver has mapped (`opened`): the memory stays while a
+    process maps it."""
+    import _posixshmem
+
+    for name in filter(None, map(shm_name, handles)):
+        try:
+            _posixshmem.shm_unlink(name)
+        except FileNotFoundError:
+            pass
+
+
 def receive_shared(handles: list[bytes], wire: dict, load: Callable[[Weights, SyncPlan], None]) -> int:
     """The learner's staged buckets (`handles`, in plan order) handed to `load(weights, plan)` as (name,
     tensor) views into the shared buffers, then each tied alias with its source's tensor; the bytes."""
     plan = plan_from_wire(wire)
     if len(handles) != len(plan.buckets):
         raise ValueError(f"weight hand-off: {len(handles)} buffers for a plan of {len(plan.buckets)} buckets")
-    _RECENT[:] = [*_RECENT[-1:], set(handles)]  # this push's and the last one's: a CPU sender's two sets
+    if set(handles) not in _RECENT:  # the last two sets handed: a CPU sender's two
+        _RECENT[:] = [*_RECENT[-1:], set(handles)]
     for stale in set(_MAPPED) - set().union(*_RECENT):  # buffers the sender no longer uses (a new plan)
         del _MAPPED[stale]
 

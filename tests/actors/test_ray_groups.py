@@ -88,9 +88,11 @@ def test_weight_sync_makes_rollout_equal_learner(ray_cluster, groups, tiny_model
     the rank's two sets of buffers in turn, the first one again on the third; and a push staged but not yet
     handed over writes the set the engine does not hold, so the engine's weights stay those it was handed."""
     import dataclasses
+    import os
 
     from orchestrator.weights import CollectiveSync, make_weight_sync
     from parallax.contract.engine import WeightSyncConfig
+    from parallax.weightsync.handoff import shm_name
 
     sync = {"collective": groups.sync, "object_store": make_weight_sync(WeightSyncConfig(method="object_store")),
             "cpu_handoff": CollectiveSync(dataclasses.replace(groups.sync.cfg, cpu_handoff=True), groups.sync.store),
@@ -115,6 +117,10 @@ def test_weight_sync_makes_rollout_equal_learner(ray_cluster, groups, tiny_model
         if method == "cpu_handoff":
             assert sync.transports == {"rollout_0": "handoff"} and figures["sync/handoff_bytes"] == unique
             assert ray_cluster.get(groups.rollout.actors[0].__ray_call__.remote(lambda w: w.engine._bound))
+            # both sets were handed over, so their names are gone from /dev/shm (nothing left when the run ends)
+            names = [shm_name(h) for h in ray_cluster.get(groups.learner.actors[0].__ray_call__.remote(
+                lambda w: [h for s in w._sets for h in s[1]]))]
+            assert names and all(names) and not [n for n in names if os.path.exists("/dev/shm" + n)], names
             ray_cluster.get(groups.learner.async_sft_step(_sft_batch(tiny_model_path), lr=1e-2))
             ray_cluster.get([a.send_weights.remote(stage=True) for a in groups.learner.actors])  # not handed over
             held = ray_cluster.get(groups.rollout.actors[0].get_weights.remote())

@@ -142,7 +142,7 @@ def test_vllm_loads_the_buffers_a_learner_rank_staged_on_its_device(engine, tiny
     from transformers import AutoModelForCausalLM
 
     from parallax.contract.batch import SamplingParams
-    from parallax.weightsync.handoff import share
+    from parallax.weightsync.handoff import share, unlink
     from parallax.weightsync.plan import pack, plan_named, plan_to_wire
 
     tok = engine.tokenizer
@@ -153,8 +153,10 @@ def test_vllm_loads_the_buffers_a_learner_rank_staged_on_its_device(engine, tiny
     new["lm_head.weight"] = new["model.embed_tokens.weight"]  # tied, as the learner's module has it
     plan = plan_named(new.items(), bucket_bytes=1 << 18)
     staged = [pack(b, new, "cpu", view=False) for b in plan.buckets]  # the learner rank's, kept until loaded
+    handles = [share(b) for b in staged]
     try:
-        assert engine.receive_shared([share(b) for b in staged], plan_to_wire(plan)) == plan.nbytes
+        assert engine.receive_shared(handles, plan_to_wire(plan)) == plan.nbytes
+        unlink(handles)  # mapped: the names go, as the learner's after a hand-off (nothing left in /dev/shm)
         out = engine.generate([prompt], params)[0]
         ref = _hf_greedy_logprobs(new, tiny_model_path, prompt, out.token_ids)
         assert torch.allclose(torch.tensor(out.logprobs), ref, atol=2e-3)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from parallax.weightsync.handoff import handoff_pairs, share
+from parallax.weightsync.handoff import handoff_pairs, share, unlink
 from parallax.weightsync.plan import pack, plan_named, plan_to_wire
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +38,7 @@ def _handed_over(state: dict, device: str) -> tuple[int, dict, int]:
     handles = [share(b) for b in bufs]  # the learner keeps `bufs` until the receiver has loaded
     out = subprocess.run([sys.executable, "-c", RECEIVER], input=pickle.dumps((handles, plan_to_wire(plan), device)),
                          capture_output=True, cwd=ROOT, timeout=120, check=False)
+    unlink(handles)  # loaded: the names go, as the learner's after a hand-off (nothing left in /dev/shm)
     assert out.returncode == 0, out.stderr.decode()[-3000:]
     n, got = pickle.loads(out.stdout)
     return n, got, plan.nbytes

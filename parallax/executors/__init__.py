@@ -4,7 +4,7 @@
 * `record.py`: the execution record built from the segments each request emitted;
 * `base.py`: the bookkeeping both executors share (trajectories, chains, groups, caps, fork/join);
 * `kv.py`: the KV executor, one decode loop that forks the prefix KV and merges branch KV at a join
-  (hf engine), over `rows.py`'s batch of rows;
+  (hf engine), over `decode_batch.py`'s batch of sequences;
 * `requests.py`: the request executor, whole engine requests that stop where it acts (any engine).
 
 Both executors take an optional logits processor (`base.Processor`): the tests' replay double

@@ -1,12 +1,12 @@
 """What both executors share: trajectories, request chains, groups, caps, fork/join bookkeeping.
 
 The KV executor (`parallax/executors/kv.py`) and the request executor (`parallax/executors/requests.py`) differ in
-how an engine request runs (rows of one decode loop over a forked KV cache, or whole engine
+how an engine request runs (sequences of one decode loop over a forked KV cache, or whole engine
 requests that re-read their context). Everything else is the same and lives here:
 
 * a `Traj` per prompt: tokens emitted, caps, the final chain and its finish reason;
 * a `Chain` per request role: the tracker, the record segments, forced tokens, its place in a
-  fork (`group`, `k`); the KV executor's rows and the request executor's requests extend it;
+  fork (`group`, `k`); the KV executor's sequences and the request executor's requests extend it;
 * a `Group` per fork: the parent chain and the branches that ended, waiting for the join;
 * `ExecutorBase`: the format's tags, the tracker of a main chain, emitting a token into the record,
   the caps (`max_branch_tokens` per branch, `max_new_tokens` per trajectory), ends and results.
@@ -53,7 +53,7 @@ Processor = Callable[[list[RequestView], torch.Tensor], torch.Tensor]
 
 def engine_processor(processor: Processor, views: list[RequestView]) -> Callable[[list[list[int]], torch.Tensor],
                                                                              torch.Tensor]:
-    """An executor `Processor` (e.g. `Replay`) as an engine-level one: row i continues `views[i]`."""
+    """An executor `Processor` (e.g. `Replay`) as an engine-level one: sequence i continues `views[i]`."""
 
     def apply(generated: list[list[int]], x: torch.Tensor) -> torch.Tensor:
         return processor([RequestView(v.traj, v.role, v.tokens + g) for v, g in zip(views, generated)], x)
@@ -81,7 +81,7 @@ class Traj:
     emitted: int = 0
     capped: bool = False
     eos: bool = False  # EOS was sampled inside a block (the structure was closed for it)
-    requests: int = 0  # engine requests used (KV: rows started; requests: engine calls)
+    requests: int = 0  # engine requests used (KV: sequences started; requests: engine calls)
     redraws: int = 0  # banned or spelled tags dropped and resampled (request executor)
     chains: list = field(default_factory=list)  # every chain started for it
     final: Chain | None = None

@@ -1,14 +1,14 @@
 """KV executor: real fork/join execution of parallel branches in one decode loop (hf engine).
 
-Algorithm (executed mode). Every trajectory starts as one *main request*. Rows of all
-trajectories decode together, one token per row per step (`DecodeBatch`). When a request emits a
+Algorithm (executed mode). Every trajectory starts as one *main request*. Sequences of all
+trajectories decode together, one token per sequence per step (`DecodeBatch`). When a request emits a
 fork point — Parason: `</Outlines>` closing n outline entries; Parallel-R1: `<Parallel>`, with
 n = `num_paths` because that format never announces its paths — the token is fed once more (so
 the shared prefix holds it), the request is suspended and n *branch requests* start, each with a
 copy of the prefix KV (computed once), its opening tag forced, and positions continuing from the
 prefix length (every branch starts at the same position: "multiverse" positions); a Parason
 thread then gets its *header* forced — its outline entry's tokens and a newline — so each thread
-knows which entry it serves (`parallax/executors/tracker.py`, "Thread headers"). Branch rows of
+knows which entry it serves (`parallax/executors/tracker.py`, "Thread headers"). Branch sequences of
 all trajectories decode in the same batch. A branch ends at its closing tag (fed, so its KV is
 complete). When all n branches ended, the *continuation* request starts: its KV is the prefix
 followed by every branch's own KV *as computed in its branch*, concatenated along time (keys
@@ -50,8 +50,8 @@ from parallax.executors.tracker import Tracker
 
 
 @dataclass(eq=False)
-class _Row(Chain, RequestState):
-    """A request of the decode loop: its KV row (`RequestState`) and its chain (`parallax.executors.base.Chain`)."""
+class _Seq(Chain, RequestState):
+    """A request of the decode loop: its KV history (`RequestState`) and its chain (`parallax.executors.base.Chain`)."""
 
     pending: str = ""  # "fork" | "done": act after the next step feeds the token
     fork_n: int = 0
@@ -61,7 +61,7 @@ class _Row(Chain, RequestState):
 class KVExecutor(ExecutorBase):
     """Runs trajectories in executed or sequential mode over a transformers causal LM."""
 
-    speculative_grammar = True  # grammar: check the unmasked draw, mask only refused rows (exact)
+    speculative_grammar = True  # grammar: check the unmasked draw, mask only refused sequences (exact)
 
     def __init__(self, model, tokenizer, cfg: ExecutorConfig, fmt: str = "parason",
                  processor: Processor | None = None):
@@ -89,41 +89,41 @@ class KVExecutor(ExecutorBase):
         self._check_run(prompts, params)
         self._params, self._gen, self._next_request = params, torch.Generator().manual_seed(params.seed), 0
         batch = DecodeBatch(self.model, self.pad)
-        self.shapes = batch.shapes  # (rows, width, padded) per decode step, for bench/bench_executor.py
+        self.shapes = batch.shapes  # (sequences, width, padded) per decode step, for bench/bench_executor.py
         t0 = time.thread_time()
         logits = batch.prefill(prompts)
         self.timing["decode"] += time.thread_time() - t0
         trajs = [Traj(i) for i in range(len(prompts))]
-        rows = [self._main_row(t, p) for t, p in zip(trajs, prompts)]
-        batch.adopt(rows)
-        incoming = self._advance(rows, logits)
+        seqs = [self._main_seq(t, p) for t, p in zip(trajs, prompts)]
+        batch.adopt(seqs)
+        incoming = self._advance(seqs, logits)
         while True:
-            members = [r for r in batch.rows if r.live]
-            if incoming or len(members) * 2 < len(batch.rows):
+            members = [r for r in batch.seqs if r.live]
+            if incoming or len(members) * 2 < len(batch.seqs):
                 if not members and not incoming:
                     break
                 t0 = time.thread_time()
                 batch.regroup(members + incoming)
                 self.timing["regroup"] += time.thread_time() - t0
-            if not any(r.live for r in batch.rows):
+            if not any(r.live for r in batch.seqs):
                 break
             t0 = time.thread_time()
             logits = batch.step()
             self.timing["decode"] += time.thread_time() - t0
-            incoming = self._advance(batch.rows, logits, batch)
+            incoming = self._advance(batch.seqs, logits, batch)
         return [self._finish(t) for t in trajs]
 
     # ---- one step's bookkeeping ------------------------------------------------------------
-    def _advance(self, rows: list[_Row], logits: torch.Tensor, batch: DecodeBatch | None = None) -> list[_Row]:
-        """Act on fed fork/close points, then give every live row its next token. Returns new rows."""
-        incoming: list[_Row] = []
-        for r in rows:
+    def _advance(self, seqs: list[_Seq], logits: torch.Tensor, batch: DecodeBatch | None = None) -> list[_Seq]:
+        """Act on fed fork/close points, then give every live sequence its next token. Returns new ones."""
+        incoming: list[_Seq] = []
+        for r in seqs:
             if r.live and r.pending:
                 incoming += self._fork(r, batch) if r.pending == "fork" else self._branch_done(r, batch)
-        want = [i for i, r in enumerate(rows) if r.live and not r.forced and
+        want = [i for i, r in enumerate(seqs) if r.live and not r.forced and
                 (not r.tracker.closing or self._mid_character(r))]
-        sampled = dict(zip(want, zip(*self._sample([rows[i] for i in want], logits[want])))) if want else {}
-        for i, r in enumerate(rows):
+        sampled = dict(zip(want, zip(*self._sample([seqs[i] for i in want], logits[want])))) if want else {}
+        for i, r in enumerate(seqs):
             if not r.live:
                 continue
             if i in sampled:
@@ -132,13 +132,13 @@ class KVExecutor(ExecutorBase):
                 self._take_forced(r)
         return [r for r in incoming if r.live]
 
-    def _mid_character(self, r: _Row) -> bool:
+    def _mid_character(self, r: _Seq) -> bool:
         """Closing under the grammar, but the closing tag cannot come yet: the text ends inside a
         multi-byte character (byte-level tokens split them). Sample, masked, until it can."""
         tok = r.tracker.closing_token()
         return r.matcher is not None and tok is not None and not self.grammar.allows_now(r.matcher, tok)
 
-    def _take_sample(self, r: _Row, tok: int, logprob: float) -> None:
+    def _take_sample(self, r: _Seq, tok: int, logprob: float) -> None:
         if tok in {self.eos, *self._params.stop_token_ids}:
             if r.tracker.in_main_text:
                 self._emit(r, tok, logprob)
@@ -151,15 +151,15 @@ class KVExecutor(ExecutorBase):
             return
         self._emit(r, tok, logprob)
 
-    def _take_forced(self, r: _Row) -> None:
+    def _take_forced(self, r: _Seq) -> None:
         tok = r.forced.popleft() if r.forced else r.tracker.closing_token()
         if tok is None:  # closing mode reached the main chain: the trajectory ends here
             self._end(r, self._closed_reason(r.traj))
             return
         self._emit(r, tok, None)
 
-    def _emit(self, r: _Row, tok: int, logprob: float | None) -> None:
-        """Append `tok` to the row (sampled when `logprob` is set) and let the tracker react."""
+    def _emit(self, r: _Seq, tok: int, logprob: float | None) -> None:
+        """Append `tok` to the sequence (sampled when `logprob` is set) and let the tracker react."""
         self._record(r, tok, logprob, r.pos)
         r.feed = tok
         if r.matcher is not None and not self.grammar.accept(r.matcher, tok):
@@ -174,14 +174,14 @@ class KVExecutor(ExecutorBase):
         self._check_caps(r)
 
     # ---- fork and join ---------------------------------------------------------------------
-    def _fork(self, r: _Row, batch: DecodeBatch) -> list[_Row]:
+    def _fork(self, r: _Seq, batch: DecodeBatch) -> list[_Seq]:
         """`r` fed its fork point: suspend it and start its branches from its history."""
         r.live, r.pending = False, ""
         group = Group(r, r.fork_n, kv=batch.history(r))
         children = []
         for k in range(r.fork_n):
             tracker, open_tag = r.tracker.branch(k)
-            child = self._new_row(r.traj, tracker, open_tag, pos=r.pos, length=r.length, kv=group.kv,
+            child = self._new_seq(r.traj, tracker, open_tag, pos=r.pos, length=r.length, kv=group.kv,
                                   role=r.role + (r.forks, k), role_tokens=[], segs=list(r.segs),
                                   matcher=self.grammar.fork(r.matcher) if r.matcher is not None else None)
             child.group, child.k = group, k
@@ -189,7 +189,7 @@ class KVExecutor(ExecutorBase):
         r.forks += 1
         return children
 
-    def _branch_done(self, r: _Row, batch: DecodeBatch) -> list[_Row]:
+    def _branch_done(self, r: _Seq, batch: DecodeBatch) -> list[_Seq]:
         """Branch `r` fed its closing tag; when it is the last of its block, start the continuation:
         its KV is the prefix followed by every branch's own columns (as computed in its branch)."""
         r.pending = ""
@@ -205,27 +205,27 @@ class KVExecutor(ExecutorBase):
         branch_tokens = [tok for b, _ in done for s in b.segs[len(p.segs):] for tok in s.tokens]  # text order
         if matcher is not None and not all(self.grammar.accept(matcher, tok) for tok in branch_tokens):
             matcher = None
-        cont = self._new_row(p.traj, p.tracker, forced[0], pos=max(b.pos for b, _ in done),
+        cont = self._new_seq(p.traj, p.tracker, forced[0], pos=max(b.pos for b, _ in done),
                              length=kv[0][0].shape[1], kv=kv, role=p.role, role_tokens=p.role_tokens,
                              segs=segs, matcher=matcher)
         cont.forced.extend(forced[1:])
         cont.forks, cont.group, cont.k = p.forks, p.group, p.k
         return [cont]
 
-    # ---- rows -------------------------------------------------------------------------------
-    def _main_row(self, traj: Traj, prompt: list[int]) -> _Row:
-        row = _Row(feed=self.pad, pos=len(prompt), length=len(prompt), traj=traj, tracker=self._tracker(),
+    # ---- sequences ---------------------------------------------------------------------------
+    def _main_seq(self, traj: Traj, prompt: list[int]) -> _Seq:
+        seq = _Seq(feed=self.pad, pos=len(prompt), length=len(prompt), traj=traj, tracker=self._tracker(),
                    segs=[prompt_segment(prompt)], request=self._request(traj))
-        row.matcher = self.grammar.new_state() if self.grammar is not None else None
-        traj.chains.append(row)
-        return row
+        seq.matcher = self.grammar.new_state() if self.grammar is not None else None
+        traj.chains.append(seq)
+        return seq
 
-    def _new_row(self, traj: Traj, tracker: Tracker, first: int, **kw) -> _Row:
-        """A row that starts by emitting the forced token `first` (an opening or join tag)."""
-        row = _Row(feed=first, traj=traj, tracker=tracker, request=self._request(traj), **kw)
-        traj.chains.append(row)
-        self._emit(row, first, None)
-        return row
+    def _new_seq(self, traj: Traj, tracker: Tracker, first: int, **kw) -> _Seq:
+        """A sequence that starts by emitting the forced token `first` (an opening or join tag)."""
+        seq = _Seq(feed=first, traj=traj, tracker=tracker, request=self._request(traj), **kw)
+        traj.chains.append(seq)
+        self._emit(seq, first, None)
+        return seq
 
     def _request(self, traj: Traj) -> int:
         self._next_request += 1
@@ -233,23 +233,23 @@ class KVExecutor(ExecutorBase):
         return self._next_request - 1
 
     # ---- sampling ---------------------------------------------------------------------------
-    def _sample(self, rows: list[_Row], logits: torch.Tensor) -> tuple[list[int], list[float]]:
-        """Next token of each row; logprobs under logits / T. logits: [S, V].
+    def _sample(self, seqs: list[_Seq], logits: torch.Tensor) -> tuple[list[int], list[float]]:
+        """Next token of each sequence; logprobs under logits / T. logits: [S, V].
 
         Under the grammar, speculatively where exact (`parallax.engines.sampling.grammar_draw`): one token
-        check per row instead of a mask.
+        check per sequence instead of a mask.
         """
         t0 = time.thread_time()
         p = self._params
         x = logits / p.temperature  # [S, V]
         logp = x.log_softmax(-1)  # [S, V] what the learner recomputes
         x = x.clone()
-        for i, r in enumerate(rows):
+        for i, r in enumerate(seqs):
             banned = r.tracker.banned()
             if banned:
                 x[i, banned] = float("-inf")
-        states = [r.matcher for r in rows] if self.grammar is not None else [None] * len(rows)
-        tok = grammar_draw(x, states, self.grammar, lambda idx, sub: self._draw([rows[i] for i in idx], sub),
+        states = [r.matcher for r in seqs] if self.grammar is not None else [None] * len(seqs)
+        tok = grammar_draw(x, states, self.grammar, lambda idx, sub: self._draw([seqs[i] for i in idx], sub),
                            self._speculate())  # [S]
         lp = logp.gather(-1, tok[:, None].to(logp.device)).squeeze(-1)
         self.timing["sample"] += time.thread_time() - t0
@@ -261,11 +261,11 @@ class KVExecutor(ExecutorBase):
         return (self.speculative_grammar and self._params.top_p >= 1.0
                 and (self.processor is None or getattr(self.processor, "commutes_with_mask", False)))
 
-    def _draw(self, rows: list[_Row], x: torch.Tensor) -> torch.Tensor:
+    def _draw(self, seqs: list[_Seq], x: torch.Tensor) -> torch.Tensor:
         """[S] tokens drawn (or argmax) from logits x [S, V] after the processor and top-p (CPU)."""
         p = self._params
         if self.processor is not None:
-            x = self.processor([r.view() for r in rows], x)
+            x = self.processor([r.view() for r in seqs], x)
         if p.top_p < 1.0:
             x = top_p_filter(x, p.top_p)
         return sample(x, p.greedy, self._gen, p.sampler)

@@ -1,14 +1,14 @@
 """Segments of one executed trajectory and the `ExecutionRecord` built from them.
 
-A `Segment` is a run of tokens one row emitted with one context: the segments in that row's
-history when the run started (`visible`). A row's history is always in text order (a branch
+A `Segment` is a run of tokens one sequence emitted with one context: the segments in that sequence's
+history when the run started (`visible`). A sequence's history is always in text order (a branch
 copies its parent's history; a join appends each branch's own segments in branch order), so the
-final main row's segment list *is* the trajectory in text order and every visible segment comes
+final main sequence's segment list *is* the trajectory in text order and every visible segment comes
 earlier in it — the record's contract.
 
-Invariant the learner relies on (checked by `build_record`): every sampled token at row index
+Invariant the learner relies on (checked by `build_record`): every sampled token at sequence index
 t > 0 was sampled from the logits at index t-1, i.e. the text predecessor of a sampled token is
-the token its row fed just before (boundaries where this is not so — branch starts, joins —
+the token its sequence fed just before (boundaries where this is not so — branch starts, joins —
 always begin with a forced tag).
 """
 
@@ -54,11 +54,11 @@ def build_record(segs: list[Segment], reprefill: bool = False) -> tuple[list[int
         segment_ids += [i] * len(s.tokens)
         sampled += [s.sampled] * len(s.tokens)
     for t, is_sampled in enumerate(sampled):
-        # the sampled token's row predecessor must be its text predecessor (see module docstring)
+        # the sampled token's sequence predecessor must be its text predecessor (see module docstring)
         if is_sampled and t > 0 and segment_ids[t - 1] != segment_ids[t]:
             prev = segment_ids[t - 1]
             if prev not in visible[segment_ids[t]] or position_ids[t - 1] != position_ids[t] - 1:
-                raise AssertionError(f"sampled token {t} does not follow its row predecessor")
+                raise AssertionError(f"sampled token {t} does not follow its sequence predecessor")
     tokens = [tok for s in segs[1:] for tok in s.tokens]
     logprobs = [lp for s in segs[1:] for lp in s.logprobs]
     record = ExecutionRecord(

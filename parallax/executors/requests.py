@@ -34,7 +34,7 @@ request* at a time, as Parason dispatches threads on SGLang:
 Every request re-reads its context causally, as text, with positions 0..n-1, so records say
 `reprefill=True` (what that means for the learner: `parallax.contract.batch.ExecutionRecord`). A request that
 continues after a forced tag or a join keeps its request id (its new context extends the old one
-causally), so the main chain is one row. Logprobs are the engine's (model distribution at
+causally), so the main chain is one sequence. Logprobs are the engine's (model distribution at
 temperature T); forced tokens 0.0.
 """
 

@@ -15,7 +15,7 @@ from parallax.contract.batch import ExecutionRecord
 
 # ---- teacher traces -> records ----------------------------------------------------------------
 @dataclass
-class _Row:
+class _Seq:
     """An engine request being emulated: the segments it sees, its next position, its open segment."""
 
     request: int
@@ -41,11 +41,11 @@ class _Walk:
     visible: list[list[int]] = field(default_factory=list)
     request: list[int] = field(default_factory=list)
     sampled: list[bool] = field(default_factory=list)
-    roles: list[tuple[int, ...]] = field(default_factory=list)  # [L] role of the row that emitted token t
+    roles: list[tuple[int, ...]] = field(default_factory=list)  # [L] role of the sequence that emitted token t
     n_requests: int = 1
 
-    def emit(self, row: _Row, piece: str, sampled: bool, n_tokens: int | None = None) -> None:
-        """Append the tokens of `piece` (the next chars of the trace) to `row`'s current segment.
+    def emit(self, seq: _Seq, piece: str, sampled: bool, n_tokens: int | None = None) -> None:
+        """Append the tokens of `piece` (the next chars of the trace) to `seq`'s current segment.
 
         `n_tokens` given: that many tokens that are not trace text (the prompt, EOS)."""
         if n_tokens is None:
@@ -65,32 +65,32 @@ class _Walk:
             self.tok += n_tokens
         if n_tokens == 0:
             return
-        request = row.request if sampled else -1
-        if row.cur < 0 or self.request[row.cur] != request:  # a new segment, as the executor cuts them
-            row.cur = len(self.visible)
-            self.visible.append(list(row.history))
+        request = seq.request if sampled else -1
+        if seq.cur < 0 or self.request[seq.cur] != request:  # a new segment, as the executor cuts them
+            seq.cur = len(self.visible)
+            self.visible.append(list(seq.history))
             self.request.append(request)
-            row.history.append(row.cur)
-        self.segment_ids += [row.cur] * n_tokens
-        self.positions += range(row.pos, row.pos + n_tokens)
+            seq.history.append(seq.cur)
+        self.segment_ids += [seq.cur] * n_tokens
+        self.positions += range(seq.pos, seq.pos + n_tokens)
         self.sampled += [sampled] * n_tokens
-        self.roles += [row.role] * n_tokens
-        row.pos += n_tokens
+        self.roles += [seq.role] * n_tokens
+        seq.pos += n_tokens
 
-    def seq(self, nodes, row: _Row) -> _Row:
-        """Free text and blocks, sampled by `row`; returns the row that continues after them."""
+    def run(self, nodes, seq: _Seq) -> _Seq:
+        """Free text and blocks, sampled by `seq`; returns the sequence that continues after them."""
         from parallax.formats import Block
 
         for node in nodes:
-            row = self.block(node, row) if isinstance(node, Block) else self._text(row, node)
-        return row
+            seq = self.block(node, seq) if isinstance(node, Block) else self._text(seq, node)
+        return seq
 
-    def _text(self, row: _Row, text: str) -> _Row:
-        self.emit(row, text, True)
-        return row
+    def _text(self, seq: _Seq, text: str) -> _Seq:
+        self.emit(seq, text, True)
+        return seq
 
-    def block(self, block, row: _Row) -> _Row:
-        """One parallel block: fork point, branches, join tags; returns the continuation row."""
+    def block(self, block, seq: _Seq) -> _Seq:
+        """One parallel block: fork point, branches, join tags; returns the continuation sequence."""
         from parallax.formats import SUBTASK
 
         s = self.spec
@@ -100,17 +100,17 @@ class _Walk:
                              "drop it from the trace before training on it")
         gaps = block.gaps or ("",) * (2 * n + 3 if s.is_parason else n + 2)
         if s.is_parason:  # the main request writes the outline; </Outlines> is the fork point
-            self.emit(row, s.parallel_open + gaps[0] + s.outlines_open + gaps[1], True)
+            self.emit(seq, s.parallel_open + gaps[0] + s.outlines_open + gaps[1], True)
             for k, br in enumerate(block.branches):
                 o, c = (
                     (s.subtask_open, s.subtask_close) if br.kind == SUBTASK else (s.trial_open, s.trial_close)
                 )
-                self.emit(row, o + br.outline + c + gaps[k + 2], True)
-            self.emit(row, s.outlines_close, True)
+                self.emit(seq, o + br.outline + c + gaps[k + 2], True)
+            self.emit(seq, s.outlines_close, True)
             fixed = gaps[n + 2 :]
             opener, closer = s.thread_open, s.thread_close
         else:
-            self.emit(row, s.parallel_open, True)  # Parallel-R1 forks at <Parallel>
+            self.emit(seq, s.parallel_open, True)  # Parallel-R1 forks at <Parallel>
             fixed = gaps
             opener, closer = s.path_open, s.path_close
         if any(fixed):
@@ -120,37 +120,37 @@ class _Walk:
             )
         children = []
         for k, br in enumerate(block.branches):
-            child = row
+            child = seq
             if self.executed:
-                child = _Row(self._new_request(), list(row.history), row.pos, role=row.role + (row.forks, k))
+                child = _Seq(self._new_request(), list(seq.history), seq.pos, role=seq.role + (seq.forks, k))
             self.emit(child, opener, False)
-            child = self.seq(self._forced_header(child, br) if s.is_parason else br.body, child)
+            child = self.run(self._forced_header(child, br) if s.is_parason else br.body, child)
             self.emit(child, closer, True)
             children.append(child)
         if self.executed:  # the continuation sees every branch's own segments, at the critical-path position
-            own = [h for c in children for h in c.history[len(row.history) :]]
-            row = _Row(
+            own = [h for c in children for h in c.history[len(seq.history) :]]
+            seq = _Seq(
                 self._new_request(),
-                row.history + own,
+                seq.history + own,
                 max(c.pos for c in children),
-                role=row.role,
-                forks=row.forks + 1,
+                role=seq.role,
+                forks=seq.forks + 1,
             )
         else:
-            row = children[-1]
+            seq = children[-1]
         if s.is_parason:
-            self.emit(row, s.parallel_close, False)
+            self.emit(seq, s.parallel_close, False)
         elif (block.placement or s.summary_placement) == "after":  # </Parallel><Summary> forced, the summary sampled
-            self.emit(row, s.parallel_close, False)
-            self.emit(row, s.summary_open, False)
-            self.emit(row, block.summary + s.summary_close, True)
+            self.emit(seq, s.parallel_close, False)
+            self.emit(seq, s.summary_open, False)
+            self.emit(seq, block.summary + s.summary_close, True)
         else:
-            self.emit(row, s.summary_open, False)
-            self.emit(row, block.summary + s.summary_close, True)
-            self.emit(row, s.parallel_close, False)
-        return row
+            self.emit(seq, s.summary_open, False)
+            self.emit(seq, block.summary + s.summary_close, True)
+            self.emit(seq, s.parallel_close, False)
+        return seq
 
-    def _forced_header(self, row: _Row, branch) -> tuple:
+    def _forced_header(self, seq: _Seq, branch) -> tuple:
         """Emit a Parason thread's header (its outline entry, forced by the executor); the rest of its body."""
         from parallax.formats import thread_header
 
@@ -160,7 +160,7 @@ class _Walk:
                 f"a Parason thread must open with its outline entry's header {head!r} "
                 "(parallax.formats.with_thread_headers adds it)"
             )
-        self.emit(row, head, False)
+        self.emit(seq, head, False)
         return (body[0][len(head) :],) + tuple(body[1:])
 
     def _new_request(self) -> int:
@@ -211,13 +211,13 @@ def _walk_trace(
         )
     enc = tokenizer(trace, add_special_tokens=False, return_offsets_mapping=True)
     walk = _Walk(_spec(spec), [a for a, _ in enc["offset_mapping"]], trace, mode == "executed")
-    walk.emit(_Row(-1, [], 0), "", False, n_tokens=len(prompt_ids))
-    row = walk.seq(result.tree.nodes, _Row(0, [0], len(prompt_ids)))
+    walk.emit(_Seq(-1, [], 0), "", False, n_tokens=len(prompt_ids))
+    seq = walk.run(result.tree.nodes, _Seq(0, [0], len(prompt_ids)))
     if walk.tok != len(enc["input_ids"]) or walk.char != len(trace):
         raise ValueError("the trace's tokens were not all placed (tokenizer offsets do not cover the text)")
     ids = list(enc["input_ids"])
     if eos:
-        walk.emit(row, "", True, n_tokens=1)
+        walk.emit(seq, "", True, n_tokens=1)
         ids.append(tokenizer.eos_token_id)
     return walk, ids
 

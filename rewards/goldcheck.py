@@ -70,6 +70,7 @@ def run_goldcheck(
 ) -> dict[str, Any]:
     """Counts per data set (see the module docstring) plus up to 5 failures of each kind."""
     from rewards.scorer import RewardScorer
+    from rewards.types import RewardGroup
 
     report: dict[str, Any] = {}
     worker = RewardScorer("accuracy", workers=workers, timeout_s=timeout_s)
@@ -77,7 +78,7 @@ def run_goldcheck(
     try:
         for name, (style, golds) in load_golds(data_dir).items():
             groups = [
-                {"texts": [render(g, style), render(perturb(g), style)], "ground_truth": g} for g in golds
+                RewardGroup([render(g, style), render(perturb(g), style)], g) for g in golds
             ]
             batch = worker.score(groups)
             mv = mv_pool.map([(g, g, "math_verify", "") for g in golds])

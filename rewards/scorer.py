@@ -15,7 +15,7 @@ bad params) raises ``ValueError`` at construction. No Ray here: the reward actor
 
 Example:
     >>> w = RewardScorer("accuracy", workers=1)
-    >>> out = w.score([{"texts": ["... #### 4", "... #### 5"], "ground_truth": "4"}])
+    >>> out = w.score([RewardGroup(["... #### 4", "... #### 5"], "4")])
     >>> out.rewards, out.correct, out.errors
     ([[1.0, -1.0]], [[True, False]], {})
     >>> out.scores[0][0].structure["valid"]
@@ -65,15 +65,11 @@ class RewardBatch:
         return [[s.correct for s in g] for g in self.scores]
 
 
-def _as_group(g: RewardGroup | Mapping[str, Any]) -> RewardGroup:
-    if isinstance(g, RewardGroup):
-        return g
-    if isinstance(g, Mapping) and "texts" in g:
-        gt = g.get("ground_truth", "")
-        return RewardGroup(list(g["texts"]), "" if gt is None else str(gt))
-    raise ValueError(
-        f"a group is a RewardGroup or a mapping with 'texts' and 'ground_truth', got {type(g).__name__}"
-    )
+def _as_group(g: RewardGroup) -> RewardGroup:
+    if not isinstance(g, RewardGroup):
+        raise TypeError(f"the reward actor scores RewardGroups (rewards.types: texts and ground_truth), "
+                        f"got {type(g).__name__}")
+    return g
 
 
 class RewardScorer:
@@ -171,7 +167,7 @@ class RewardScorer:
 
     def score(
         self,
-        groups: Sequence[RewardGroup | Mapping[str, Any]],
+        groups: Sequence[RewardGroup],
         *,
         step: int = 0,
         stage: str = "",

@@ -179,6 +179,13 @@ class RewardGroup:
     texts: Sequence[str]
     ground_truth: str
 
+    def __post_init__(self):
+        if isinstance(self.texts, (str, bytes)):  # (an item that is not text is scored as invalid, not refused)
+            raise TypeError(f"RewardGroup.texts: a list of strings, got {type(self.texts).__name__}")
+        if not isinstance(self.ground_truth, str):  # the loaders give every answer as a string (an AIME int too)
+            raise TypeError(f"RewardGroup.ground_truth: a string, got {type(self.ground_truth).__name__} "
+                            f"{self.ground_truth!r}")
+
 
 @dataclass(frozen=True)
 class SampleScore:

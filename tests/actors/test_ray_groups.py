@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from parallax.contract.config import LearnerConfig, ParallaxConfig, RolloutConfig
+from rewards.types import RewardGroup
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +66,7 @@ def test_the_reward_actor_counts_the_models_tokens(ray_cluster, groups):
     p = toyworld.generate("trial", 1, seed=0, difficulty=3)[0]
     texts = [p.traces["parason"], p.traces["serial"]]
     spec = RewardSpec("pa_grpo", {"alpha": 0.1, "beta_sub": 0.0, "beta_trial": 0.0})
-    batch = ray_cluster.get(groups.reward.actors[0].score.remote([{"texts": texts, "ground_truth": p.answer}],
+    batch = ray_cluster.get(groups.reward.actors[0].score.remote([RewardGroup(texts, p.answer)],
                                                                  spec=spec))
     fork_t, serial_t = (s.components["latency_T"] for s in batch.scores[0])
     assert batch.correct == [[True, True]]
@@ -159,8 +160,7 @@ def test_a_bf16_engine_gets_the_fp32_learners_weights_cast_and_sent_in_half_the_
 
 
 def test_reward_actor_scores_groups(ray_cluster, groups):
-    out = ray_cluster.get(groups.reward.actors[0].score.remote([{"texts": ["x #### 4", "x #### 5"],
-                                                                  "ground_truth": "4"}]))
+    out = ray_cluster.get(groups.reward.actors[0].score.remote([RewardGroup(["x #### 4", "x #### 5"], "4")]))
     assert out.correct == [[True, False]]
 
 

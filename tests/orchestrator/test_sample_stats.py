@@ -12,6 +12,7 @@ from parallax.contract.batch import Prompt, StepSamples, Trajectory
 from parallax.formats import text_stats
 from rewards.branch import steps_share
 from rewards.scorer import RewardScorer
+from rewards.types import RewardGroup
 
 FORK = "<Parallel><Path>3*4=12</Path><Path>5*6=30</Path><Summary>12+30=42</Summary></Parallel> #### 42"
 SERIAL = "3*4=12 5*6=30 12+30=42 #### 42"
@@ -29,7 +30,7 @@ def scorer():
 def _step(scorer, *texts: str, truth: str = "42") -> StepSamples:
     """One group of `texts`, scored by the reward scorer as a reward actor scores it."""
     trajs = [Trajectory("u", [1], [2], [0.0], "stop", t) for t in texts]
-    batch = scorer.score([{"texts": list(texts), "ground_truth": truth}])
+    batch = scorer.score([RewardGroup(list(texts), truth)])
     return StepSamples([scored(Prompt("u", "q", [1], truth), trajs, batch.scores[0])])
 
 
@@ -72,7 +73,7 @@ def test_with_the_runs_tokenizer_the_one_parse_also_counts_its_tokens(tiny_model
     s = RewardScorer("accuracy", {"format": "parallel_r1"}, workers=1, tokenizer=tok.backend_tokenizer)
     try:
         texts = [FORK, SERIAL, BROKEN, ""]
-        got = s.score([{"texts": texts, "ground_truth": "42"}]).scores[0]
+        got = s.score([RewardGroup(texts, "42")]).scores[0]
     finally:
         s.close()
     for t, sc in zip(texts, got):

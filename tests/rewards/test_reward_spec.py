@@ -9,6 +9,7 @@ from curricula.stage import Stage
 from parallax import toyworld
 from parallax.contract.config import RewardConfig
 from rewards.registry import stage_spec
+from rewards.types import RewardGroup
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +22,7 @@ def worker():
 @pytest.mark.parametrize("fmt", ["parason", "parallel_r1"])
 def test_eval_stage_scores_teacher_traces_correct_in_the_runs_format(worker, fmt):
     problems = toyworld.generate("mixed", 6, seed=3)
-    groups = [{"texts": [p.traces[fmt]], "ground_truth": p.answer} for p in problems]
+    groups = [RewardGroup([p.traces[fmt]], p.answer) for p in problems]
     spec = stage_spec(Stage("eval", "rl", 1, reward="accuracy"), RewardConfig(), fmt)
     assert spec.params["format"] == fmt
     out = worker.score(groups, spec=spec)
@@ -35,7 +36,7 @@ def test_parason_text_scored_as_parallel_r1_loses_its_parallel_units(worker):
     p = toyworld.generate("mixed", 1, seed=3)[0]
     for fmt, hit in (("parallel_r1", 0.0), ("parason", 1.0)):
         spec = stage_spec(Stage("rl", "rl", 1, reward="parallel_acc"), RewardConfig(), fmt)
-        out = worker.score([{"texts": [p.traces["parason"]], "ground_truth": p.answer}], spec=spec)
+        out = worker.score([RewardGroup([p.traces["parason"]], p.answer)], spec=spec)
         assert (out.correct, out.rewards) == ([[True]], [[hit]]), fmt
 
 
@@ -62,7 +63,7 @@ def test_the_runs_format_options_reach_teachers_and_rewards(worker):
     assert (spec.params["summary_placement"], spec.params["summary_accept"]) == ("inside", "inside")
     after = trace.replace("</Summary></Parallel>", "</Summary>").replace("<Summary>", "</Parallel><Summary>")
     assert parse(after, "parallel_r1").ok  # the default spec reads it...
-    out = worker.score([{"texts": [trace, after], "ground_truth": train[0].answer}], spec=spec)
+    out = worker.score([RewardGroup([trace, after], train[0].answer)], spec=spec)
     assert out.rewards == [[1.0, 0.0]]  # ...this run's does not: R_parallel is 0
 
 

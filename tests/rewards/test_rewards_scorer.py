@@ -21,8 +21,8 @@ def worker():
 def test_scores_groups_in_order_with_metrics(worker):
     groups = [
         RewardGroup([PAR, "#### 42", "#### 41"], "42"),
-        {"texts": ["so \\boxed{\\frac{1}{2}}", "\\boxed{0.4}"], "ground_truth": "0.5"},  # math-verify path
-        {"texts": ["#### 204"], "ground_truth": 204},  # AIME answers are ints in the data
+        RewardGroup(["so \\boxed{\\frac{1}{2}}", "\\boxed{0.4}"], "0.5"),  # math-verify path
+        RewardGroup(["#### 204"], "204"),  # an AIME answer (an int in the data; the loaders give a string)
     ]
     out = worker.score(groups, step=3)
     assert out.rewards == [[1.2, 1.0, -1.0], [1.0, -1.0], [1.0]]
@@ -36,6 +36,15 @@ def test_scores_groups_in_order_with_metrics(worker):
     assert "timing/reward_analyse" in out.metrics
 
 
+def test_a_group_that_is_not_a_reward_group_is_refused_by_name(worker):
+    with pytest.raises(TypeError, match="RewardGroups"):
+        worker.score([{"texts": ["#### 4"], "ground_truth": "4"}])
+    with pytest.raises(TypeError, match="ground_truth: a string, got int 204"):
+        RewardGroup(["#### 204"], 204)
+    with pytest.raises(TypeError, match="texts: a list of strings"):
+        RewardGroup("#### 4", "4")
+
+
 def test_adversarial_items_time_out_without_crashing_the_step(worker):
     texts = [
         "\\boxed{9^{9^{9^{9}}}}",  # sympy would evaluate a gigantic power
@@ -45,7 +54,7 @@ def test_adversarial_items_time_out_without_crashing_the_step(worker):
         "#### 1",
     ]
     t0 = time.perf_counter()
-    out = worker.score([{"texts": texts, "ground_truth": "1"}], step=8)
+    out = worker.score([RewardGroup(texts, "1")], step=8)
     elapsed = time.perf_counter() - t0
     assert out.correct == [[False, False, False, False, True]]
     assert out.rewards == [[-1.0, -1.0, -1.0, -1.0, 1.0]]
@@ -102,7 +111,7 @@ def test_dapo_verifier_scores_correctly_on_busy_cores():
     scorer = RewardScorer("accuracy", {"verifier": "dapo"}, workers=2, timeout_s=3.0)
     try:
         texts = ["Answer: 4", "So the answer is Answer: 5", "Answer: 4", "no answer here", "Answer: 4"]
-        out = scorer.score([{"texts": texts, "ground_truth": "4"}, {"texts": ["Answer: 12"], "ground_truth": "12"}])
+        out = scorer.score([RewardGroup(texts, "4"), RewardGroup(["Answer: 12"], "12")])
         assert out.correct == [[True, False, True, False, True], [True]]
         assert out.metrics["reward/timeouts"] == 0.0 and not out.errors
         assert "verl.utils.reward_score.math_dapo" in scorer.pool.preload
@@ -119,8 +128,8 @@ def test_a_step_where_most_answers_time_out_fails_loudly():
     try:
         towers = ["\\boxed{9^{9^{9^{9}}}}"] * 9 + ["#### 1"]
         with pytest.raises(RuntimeError, match=r"9 of 9 answers timed out .*reward\.timeout_s"):
-            scorer.score([{"texts": towers, "ground_truth": "1"}])
-        ok = scorer.score([{"texts": ["#### 1", "\\boxed{9^{9^{9^{9}}}}"], "ground_truth": "1"}])
+            scorer.score([RewardGroup(towers, "1")])
+        ok = scorer.score([RewardGroup(["#### 1", "\\boxed{9^{9^{9^{9}}}}"], "1")])
         assert ok.correct == [[True, False]] and ok.metrics["reward/timeouts"] in (0.0, 1.0)
     finally:
         scorer.close()

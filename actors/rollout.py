@@ -161,6 +161,11 @@ class RolloutWorker:
         self._in_group = False
         self.engine.close_sync()
 
+    def close(self) -> None:
+        """Stop the engine (`Engine.close`) before the actor is killed (`orchestrator.setup.Groups.shutdown`)."""
+        self._in_group = False
+        self.engine.close()
+
     def devices(self) -> dict:
         """The devices Ray gave this actor, as it sees them (`actors.devices.seen`)."""
         from actors.devices import seen

@@ -154,10 +154,14 @@ class Groups:
                 out[name] = {"unavailable": summary(e)}
         return out
 
-    def shutdown(self) -> None:
-        """Free the run's actors and placement group (sweep jobs share one Ray cluster)."""
+    def shutdown(self, timeout_s: float = 60.0) -> None:
+        """Free the run's actors and placement group (sweep jobs share one Ray cluster). The engines stop
+        first, for at most `timeout_s` (a lost or stuck one is killed as it is): a process of an engine's own
+        killed with its actor leaves its shared memory behind."""
         from ray.util import remove_placement_group
 
+        refs = self.rollout.async_call("close")
+        ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         for group in (self.rollout, self.reward, self.learner):
             for actor in group.actors:
                 ray.kill(actor)

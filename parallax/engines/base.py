@@ -71,6 +71,10 @@ class Engine(Protocol):
     def wake_up(self, tags: list[str] | None = None) -> None:
         """Memory back, for `tags` ("weights", then "kv_cache"; None: both)."""
 
+    def close(self) -> None:
+        """Leave the sync group and stop any process of the engine's own, now: a process killed with its actor
+        leaves its shared memory behind (vLLM's engine core: hundreds of MB in /dev/shm per engine)."""
+
 
 def engine_class(name: str) -> type:
     """The class `ENGINES[name]` names, imported on first use."""

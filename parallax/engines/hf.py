@@ -59,6 +59,9 @@ class HFEngine:
             self._sync.close()
         self._sync = None
 
+    def close(self) -> None:
+        self.close_sync()
+
     @torch.no_grad()
     def receive_weights(self, plan: dict) -> int:
         """Take the learner's broadcast, copying each tensor into place (`parallax.weightsync.receive`); bytes

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from listeners import listeners  # tests/e2e is on sys.path
+from leftovers import shm_files  # tests/e2e is on sys.path
+from listeners import listeners
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,6 +37,7 @@ class SmokeRun:
     scraped: dict[str, float] = field(default_factory=dict)  # the endpoint's ray_parallax_* values
     sockets: dict[tuple[str, int], str] = field(default_factory=dict)  # (ip, port) -> process name
     names: set[str] = field(default_factory=set)  # names of the run's processes
+    shm_left: set[str] = field(default_factory=set)  # shared memory the run made and left in /dev/shm
 
 
 def _free_port() -> int:
@@ -70,6 +72,7 @@ def smoke_run(tmp_path_factory) -> SmokeRun:
            f"hydra.run.dir={run_dir}"]
     # the run's output goes to files: a pipe nobody reads until the end would stop the run once it filled
     out_path, err_path = run_dir.parent / "stdout.txt", run_dir.parent / "stderr.txt"
+    before = shm_files()
     with out_path.open("w") as out, err_path.open("w") as err:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err, text=True)
         root = psutil.Process(proc.pid)
@@ -89,4 +92,5 @@ def smoke_run(tmp_path_factory) -> SmokeRun:
             proc.kill()
         proc.wait(timeout=60)
     run.stdout, run.stderr, run.returncode = out_path.read_text(), err_path.read_text(), proc.returncode
+    run.shm_left = shm_files() - before
     return run

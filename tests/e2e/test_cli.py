@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from leftovers import shm_files  # tests/e2e is on sys.path
 
 ROOT = Path(__file__).resolve().parents[2]
 # one worker for both modules that read the shared smoke run (tests/e2e/conftest.py)
@@ -46,17 +47,25 @@ def run(tmp_path_factory, request, attach):
     if RUNS[request.param] is None:
         smoke = request.getfixturevalue("smoke_run")
         assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-3000:]
-        return smoke.run_dir, smoke.stdout + smoke.stderr
+        return smoke.run_dir, smoke.stdout + smoke.stderr, smoke.shm_left
     run_dir = tmp_path_factory.mktemp(f"e2e_{request.param}")
     cmd = [sys.executable, "-m", "orchestrator", "+experiment=smoke", f"hydra.run.dir={run_dir}",
            "logging.progress_bar=false", attach, *RUNS[request.param]]
+    before = shm_files()
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return run_dir, out.stdout + out.stderr
+    return run_dir, out.stdout + out.stderr, shm_files() - before
+
+
+def test_the_run_leaves_nothing_in_shared_memory(run):
+    """The weight hand-off's buffers (the smoke run's colocated engines) and vLLM's message queues (the vllm
+    run) are gone when the run ends: names left in /dev/shm hold its memory until the machine restarts
+    (13 GB of them once failed a whole CI on memory)."""
+    assert run[2] == set(), sorted(run[2])
 
 
 def test_metrics_are_logged_and_finite(run):
-    run_dir, _ = run
+    run_dir, *_ = run
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     sft = [r for r in rows if "sft/loss" in r]
     rl = [r for r in rows if "reward/mean" in r]
@@ -74,7 +83,7 @@ def test_metrics_are_logged_and_finite(run):
 
 
 def test_sft_then_rl_updates_change_parameters(run):
-    run_dir, _ = run
+    run_dir, *_ = run
     ckpts = sorted(p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("step_"))
     assert len(ckpts) == 2  # one at the end of each stage
     init, after_sft, final = (_weights(run_dir / "model_init"), _weights(ckpts[0] / "model"),
@@ -84,7 +93,7 @@ def test_sft_then_rl_updates_change_parameters(run):
 
 
 def test_run_leaves_wandb_offline_run_summary_and_checkpoint(run):
-    run_dir, output = run
+    run_dir, output, _ = run
     assert list((run_dir / "wandb").glob("offline-run-*"))
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [s["stage"] for s in summary["stages"]] == ["init", "sft", "rl"]

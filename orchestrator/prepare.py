@@ -57,16 +57,16 @@ def prepare(cfg: ParallaxConfig, run_dir: Path) -> Prepared:
     """Model, data, fields and files, all checked before Ray starts."""
     train, test = load_problems(cfg.data)
     model_path = prepare_model(cfg, run_dir)
-    from transformers import AutoConfig, AutoTokenizer
+    from parallax.models.tokenizer import context_length, load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = load_tokenizer(model_path)
     try:
         train, test = (show_examples(problems, cfg.data, tokenizer) for problems in (train, test))
     except ValueError as e:
         raise ValueError(f"data.fewshot={cfg.data.fewshot} with model {model_path}: {e}") from None
     curriculum = cfg.curriculum.build(cfg.reward)
     layout = get_layout(cfg.learner.layout, reprefill=cfg.rollout.dispatch == "requests")
-    context = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
+    context = context_length(model_path)
     data = StageStreams(cfg.data, train, tokenizer, cfg.trainer.seed, run_dir=run_dir, max_tokens=context,
                         max_new_tokens=cfg.rollout.max_new_tokens)
     for s in curriculum.stages:

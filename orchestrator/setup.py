@@ -183,18 +183,17 @@ def bundle_specs(cfg: ParallaxConfig) -> list[BundleSpec]:
 def build_groups(cfg: ParallaxConfig, model_path: str, run_name: str) -> Groups:
     """Reserve one placement group and create the rollout, reward and learner actors on it; colocated
     engines (`rollout.colocate`) only once every learner is ready on the GPU they share."""
-    from transformers import AutoTokenizer
-
     from actors.learner import LearnerWorker
     from actors.reward_worker import RewardWorker
     from actors.rollout import RolloutWorker
+    from parallax.models.tokenizer import load_tokenizer
 
     r, w, lcfg = cfg.rollout, cfg.reward, cfg.learner
     # the reward's lengths and critical paths (PA-GRPO's T) count the model's tokens, a decode step each:
     # in the format's words a tag is 1 and `17*8=136` is 1, so a fork that saves tokens can look longer.
     # A fast tokenizer goes as its Rust core (`tokenizers.Tokenizer`, the same ids and offsets): a reward
     # actor then never imports transformers and torch (~2.8 s of CPU at every start and restart)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = load_tokenizer(model_path)
     tokenizer = tokenizer.backend_tokenizer if getattr(tokenizer, "is_fast", False) else tokenizer
     pg, off = reserve(bundle_specs(cfg), cfg.cluster.placement_strategy, name=f"parallax/{run_name}",
                       timeout_s=cfg.cluster.placement_timeout_s)

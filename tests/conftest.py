@@ -114,6 +114,23 @@ def _cluster_left_running(request):
         pytest.fail(f"{request.node.nodeid} shut down the session's Ray cluster")
 
 
+RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "GLOO_SOCKET_IFNAME")
+
+
+@pytest.fixture(autouse=True)
+def _rendezvous_left_behind():
+    """A learner built in this process (tests/actors/) sets its rendezvous in `os.environ`; it goes with the
+    test. Left behind, every process started later inherits it: TRL's single process (bench_peer, bench_oracle)
+    then listens on that port, which another process may hold by then (EADDRINUSE failed a CI)."""
+    before = {k: os.environ.get(k) for k in RENDEZVOUS}
+    yield
+    for k, v in before.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """The tier's tests only (PARALLAX_TIER, above); each test module one pytest-xdist group (under

@@ -21,12 +21,25 @@ import torch
 def seen() -> dict:
     """This actor's devices: {"node": Ray node id, "gpus": the GPU ids Ray assigned it (str), "visible":
     its CUDA_VISIBLE_DEVICES, "cuda": whether torch sees a CUDA device, "nccl_cumem": its NCCL_CUMEM_ENABLE
-    (None: unset), which every member of an NCCL group must agree on (`actors.group.ACTOR_ENV`)}."""
+    (None: unset), which every member of an NCCL group must agree on (`actors.group.ACTOR_ENV`), "refaults": the
+    page faults of writing a 48 MiB tensor allocated after a 64 MiB one was freed (0 where the heap keeps freed
+    memory, as `ACTOR_ENV` asks of glibc; ~12 K where the pages went back to the kernel)}."""
     import ray
 
     return {"node": ray.get_runtime_context().get_node_id(), "gpus": [str(g) for g in ray.get_gpu_ids()],
             "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "cuda": torch.cuda.is_available(),
-            "nccl_cumem": os.environ.get("NCCL_CUMEM_ENABLE")}
+            "nccl_cumem": os.environ.get("NCCL_CUMEM_ENABLE"), "refaults": refaults()}
+
+
+def refaults(nbytes: int = 1 << 26) -> int:
+    """Minor page faults of filling a CPU tensor of 3/4 `nbytes` allocated after one of `nbytes` was filled and
+    freed (a smaller one, so that it fits in the freed block: an aligned allocation of the same size may not)."""
+    import resource
+
+    torch.empty(nbytes, dtype=torch.uint8).fill_(1)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    torch.empty(nbytes * 3 // 4, dtype=torch.uint8).fill_(1)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
 def native_bf16(device: str, cpu_flags: str | None = None) -> bool:

@@ -18,17 +18,17 @@ from pathlib import Path
 import torch
 
 
-def seen() -> dict:
+def seen(heap: bool = False) -> dict:
     """This actor's devices: {"node": Ray node id, "gpus": the GPU ids Ray assigned it (str), "visible":
     its CUDA_VISIBLE_DEVICES, "cuda": whether torch sees a CUDA device, "nccl_cumem": its NCCL_CUMEM_ENABLE
-    (None: unset), which every member of an NCCL group must agree on (`actors.group.ACTOR_ENV`), "refaults": the
-    page faults of writing a 48 MiB tensor allocated after a 64 MiB one was freed (0 where the heap keeps freed
-    memory, as `ACTOR_ENV` asks of glibc; ~12 K where the pages went back to the kernel)}."""
+    (None: unset), which every member of an NCCL group must agree on (`actors.group.ACTOR_ENV`)}; with `heap`,
+    also "refaults": `refaults()` in this process (0 where the heap keeps freed memory, as `ACTOR_ENV` asks of
+    glibc; ~12 K where the pages went back to the kernel), a probe of 112 MB that start-up does not pay."""
     import ray
 
     return {"node": ray.get_runtime_context().get_node_id(), "gpus": [str(g) for g in ray.get_gpu_ids()],
             "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "cuda": torch.cuda.is_available(),
-            "nccl_cumem": os.environ.get("NCCL_CUMEM_ENABLE"), "refaults": refaults()}
+            "nccl_cumem": os.environ.get("NCCL_CUMEM_ENABLE"), **({"refaults": refaults()} if heap else {})}
 
 
 def refaults(nbytes: int = 1 << 26) -> int:

@@ -55,8 +55,8 @@ def reserve(bundles: list[BundleSpec], strategy: str, name: str,
 # glibc's malloc keeps what torch frees in the process's heap instead of handing it back to the kernel: by
 # default an allocation above 32 MiB (a SmolLM2 row of logits: 16 x 48 x 49,152 bf16 is 75 MB) is mmapped and
 # its pages unmapped on free, so every step faults them in again, zeroed. On the 2-core machine a learner's
-# GRPO step took 9.9 M page faults against 1.2 M without, and 2.87 s against 2.50 s (three runs each,
-# bench/bench_learner_speed.py --batch 16 --tokens 48 --kinds grpo --precisions bf16; bench/README.md). The
+# GRPO step took 2.87 s by default against 2.50 s with this setting (three runs each; one run's page faults
+# 9.9 M against 1.2 M; bench/bench_learner_speed.py --batch 16 --tokens 48 --kinds grpo --precisions bf16). The
 # heap then stays at its peak, which a worker reaches in its first steps.
 ACTOR_ENV = {"NCCL_CUMEM_ENABLE": "0", "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 

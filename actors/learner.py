@@ -326,11 +326,11 @@ class LearnerWorker(WeightExport):
             opt = opt.optimizer  # unwrap DeepSpeed's ZeRO wrappers down to the torch AdamW
         opt.state.clear()
 
-    def devices(self) -> dict:
+    def devices(self, heap: bool = False) -> dict:
         """The devices Ray gave this actor, as it sees them (`actors.devices.seen`)."""
         from actors.devices import seen
 
-        return seen()
+        return seen(heap)
 
     def release_memory(self) -> dict[str, float]:
         """This rank's cached CUDA memory back to its GPU, before a colocated engine wakes there."""

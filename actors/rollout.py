@@ -166,11 +166,11 @@ class RolloutWorker:
         self._in_group = False
         self.engine.close()
 
-    def devices(self) -> dict:
+    def devices(self, heap: bool = False) -> dict:
         """The devices Ray gave this actor, as it sees them (`actors.devices.seen`)."""
         from actors.devices import seen
 
-        return seen()
+        return seen(heap)
 
     def pid(self) -> int:
         """This actor's process id (fault-injection tests kill it; the dashboard shows it too)."""

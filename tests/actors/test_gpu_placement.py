@@ -46,7 +46,7 @@ for name, (nl, lg, nr, rg, backend, colocate) in cases.items():
                                 zero_stage=3 if colocate else 1)
     cfg.reward.num_cpus = 0.25
     g = build_groups(cfg, model, name)
-    seen = {f"{grp.role}_{i}": ray.get(a.devices.remote()) for grp in (g.rollout, g.learner)
+    seen = {f"{grp.role}_{i}": ray.get(a.devices.remote(heap=True)) for grp in (g.rollout, g.learner)
             for i, a in enumerate(grp.actors)}
     built = {f"{grp.role}_{i}": ray.get(a.__ray_call__.remote(lambda w: w.constructed))
              for grp in (g.rollout, g.learner) for i, a in enumerate(grp.actors)}

@@ -91,6 +91,13 @@ def decode_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0,
     return out.transpose(1, 2).contiguous(), None
 
 
+def _keeps_logits(model) -> bool:
+    """Whether the model's forward takes transformers' `logits_to_keep` (its head on the last positions only)."""
+    import inspect
+
+    return "logits_to_keep" in inspect.signature(getattr(model, "module", model).forward).parameters
+
+
 def _register() -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
@@ -139,8 +146,10 @@ class KVDecoder:
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """ids, mask (1 on real tokens), positions: [R, P] on the model's device; last logits [R, V]."""
         cache = Cache(layer_class_to_replicate=GrowingLayer) if self.fast else None
+        # only the last position's logits: the head over every prompt position was a third of SmolLM2's prefill
+        keep = {"logits_to_keep": 1} if _keeps_logits(self.model) else {}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                         past_key_values=cache, use_cache=True)
+                         past_key_values=cache, use_cache=True, **keep)
         self.cache = out.past_key_values
         self._set_mask(mask)
         return out.logits[:, -1, :].float()

@@ -22,8 +22,13 @@ from parallax.weightsync.receive import bind_into, copy_into, load_state, own_pa
 class HFEngine:
     """Sampling engine over a transformers causal LM on CPU (or one GPU)."""
 
-    def __init__(self, model_path: str, dtype: str = "float32", device: str = "cpu", max_batch_size: int = 256):
+    def __init__(self, model_path: str, dtype: str = "float32", device: str = "cpu", max_batch_size: int = 256,
+                 pack: bool = True):
+        """`pack`: a bf16 model on CPU runs its linear layers on weights prepacked for oneDNN, bit-equal and
+        faster (`parallax.engines.packed`); False: plain `F.linear` (the bench's comparison)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from parallax.engines import packed
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(device)
@@ -34,9 +39,17 @@ class HFEngine:
         self.stop_ids = frozenset({self.eos_id})  # ids generate always stops on
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_id
         self._masker = None  # GrammarMasker for `generate(grammar=...)`, built on first use
+        self.packed = (packed.PackedLinears(self.model) if pack and str(device) == "cpu" and dtype == "bfloat16"
+                       and packed.available() else None)
+
+    def _weights_changed(self) -> None:
+        """Every load of weights calls this: packed copies are made again from the new ones on first use."""
+        if self.packed is not None:
+            self.packed.drop()
 
     def load_weights(self, state_dict: dict[str, Any]) -> int:
         self._own()
+        self._weights_changed()
         return load_state(self.model, state_dict)
 
     def _own(self) -> None:
@@ -67,6 +80,7 @@ class HFEngine:
         """Take the learner's broadcast, copying each tensor into place (`parallax.weightsync.receive`); bytes
         received."""
         self._own()
+        self._weights_changed()
         params = self.model.state_dict()
         return receive(self._sync, plan, lambda weights, wanted: copy_into(params, weights, wanted))
 
@@ -78,6 +92,7 @@ class HFEngine:
         frees its buffers after)."""
         from parallax.weightsync.handoff import receive_shared
 
+        self._weights_changed()
         if str(self.device) == "cpu":
             self._bound = True
             return receive_shared(handles, plan, lambda weights, wanted: bind_into(self.model, weights, wanted))
@@ -93,6 +108,7 @@ class HFEngine:
         next weight sync fills them). This engine holds no KV cache between calls."""
         if getattr(self, "_asleep", None) is not None:
             return
+        self._weights_changed()
         params = dict(self.model.named_parameters())  # a tied weight: one parameter, one entry
         # per parameter: its host copy (level 1), or its shape for wake_up to allocate (level 2)
         self._asleep = {n: p.data.to("cpu", copy=True) if level == 1 else p.shape for n, p in params.items()}
@@ -111,6 +127,7 @@ class HFEngine:
             p.data = saved.to(self.device) if isinstance(saved, torch.Tensor) else torch.empty(
                 saved, dtype=p.dtype, device=self.device)
         self._asleep = None
+        self._weights_changed()
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams, limits: list[int] | None = None,

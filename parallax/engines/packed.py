@@ -1,0 +1,103 @@
+"""Prepacked bf16 weights for a CPU engine's linear layers: the same products, bit for bit, in less time.
+
+On CPU, torch hands a bf16 `F.linear` to oneDNN, whose AMX kernel wants the weight in a blocked layout
+and reorders it into one on every call. A decode step at 16 rows is mostly that: SmolLM2-135M's 211
+products took 25 ms a step plain and 16 ms from weights reordered once (`bench/limits.py` splits a step;
+docs/real_model.md has the figures). `PackedLinears` keeps each linear layer's weight reordered
+(`torch.ops.mkldnn._reorder_linear_weight`) and calls oneDNN's linear on it.
+
+What it must not do is change a token: the learner scores what the engine sampled, and the engines'
+weights are bit-equal to the learner's cast. So:
+
+* **the products are checked, not assumed:** the first call at each (weight shape, rows) compares the
+  packed product with `F.linear` on the call's own input, bit for bit; one difference turns packing off
+  for the model (and says so), and every later call is plain;
+* **a packed copy follows its weight:** it is keyed by the weight's storage and version counter, so an
+  in-place copy (the collective sync), a new tensor (`load_state`, wake-up) or a rebinding (the same-device
+  hand-off) repacks on the next call. A rebinding back to a buffer another process rewrote keeps both, so
+  the engine also calls `drop` on every weight load;
+* only inference on CPU in bf16 takes it: with grad enabled, in another dtype or on another device a layer
+  runs `F.linear` as before.
+
+The packed copies cost the weights' bytes again (269 MB for SmolLM2 in bf16); `drop` frees them (the
+engine does while asleep).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+
+def _linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """oneDNN's linear on a packed weight (one name, for the test that injects a difference)."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def available() -> bool:
+    """Whether this torch can reorder and run a bf16 linear layer's weight through oneDNN on this CPU."""
+    try:
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+                    and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+                    and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+class PackedLinears:
+    """Packed bf16 weights for every `nn.Linear` of `model`, installed as each layer's forward.
+
+    `hint`: the rows oneDNN lays the weight out for (any row count runs on it; 64 was the fastest at 16
+    rows here).
+    """
+
+    def __init__(self, model: torch.nn.Module, hint: int = 64):
+        self.hint = hint
+        self.on = True
+        self._packs: dict[int, tuple[tuple, torch.Tensor]] = {}  # id(layer) -> (weight key, packed weight)
+        self._checked: set[tuple] = set()  # (out, in, rows, bias) shapes whose packed product was verified
+        self.layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        for layer in self.layers:
+            layer.forward = self._forward_of(layer)
+
+    def drop(self) -> None:
+        """Forget every packed copy (their memory); the next call of each layer packs its weight again."""
+        self._packs.clear()
+
+    @property
+    def packed_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for _, p in self._packs.values())
+
+    def _forward_of(self, layer: torch.nn.Linear):
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            w = layer.weight
+            if (not self.on or torch.is_grad_enabled() or x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16
+                    or x.device.type != "cpu" or w.device.type != "cpu" or w.numel() == 0):
+                return F.linear(x, w, layer.bias)
+            return self._packed(layer, x)
+
+        return forward
+
+    def _packed(self, layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        w, bias = layer.weight, layer.bias
+        key = (w.data_ptr(), w._version, tuple(w.shape), None if bias is None else (bias.data_ptr(), bias._version))
+        entry = self._packs.get(id(layer))
+        if entry is None or entry[0] != key:
+            entry = (key, torch.ops.mkldnn._reorder_linear_weight(w.detach(), self.hint))
+            self._packs[id(layer)] = entry
+        out = _linear(x, entry[1], bias)
+        shape = (*w.shape, x.numel() // max(1, x.shape[-1]), bias is not None)
+        if shape not in self._checked:
+            plain = F.linear(x, w, bias)
+            if out.shape != plain.shape or not torch.equal(out.view(torch.int16), plain.view(torch.int16)):
+                self.on = False
+                self.drop()
+                log.warning("packed bf16 linear differs from F.linear at weight %s x %d rows%s on this CPU: "
+                            "packing is off for this model", tuple(w.shape), shape[2], " with bias" * shape[3])
+                return plain
+            self._checked.add(shape)
+        return out

@@ -484,7 +484,8 @@ def phase_limits(args, base: Path, no_eos: Path, results: dict) -> dict:
         out["decode"] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in dec.items() if k != "step_parts_s"}
         out["decode"]["step_parts_s"] = {k: round(v, 5) for k, v in parts.items()}
         lines.append(
-            f"hf engine, {rows} rows x {length} tokens alone: generate {dec['generate_s']:.2f} s = prefill "
+            f"hf engine, {rows} rows x {length} tokens alone: generate {dec['generate_s']:.2f} s (plain F.linear "
+            f"{dec['plain_generate_s']:.2f} s) = prefill "
             f"{dec['prefill_s']:.2f} + {length - 1} decode steps {dec['decode_s']:.2f} + sampling and the rest "
             f"{dec['engine_rest_s']:.2f}; a decode step {dec['step_forward_s'] * 1e3:.1f} ms against its "
             f"bandwidth bound {step_bound * 1e3:.1f} ms: " + ", ".join(

@@ -85,7 +85,8 @@ def plain_update(model_dir: str | Path, rows: int, prompt_tokens: int, completio
 
 
 # torch op names -> the part of a decode step they are
-_KINDS = (("matmul", ("aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "aten::bmm")),
+_KINDS = (("matmul", ("aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "aten::bmm",
+                      "mkldnn::_linear_pointwise")),  # the engine's packed bf16 linear (parallax/engines/packed.py)
           ("attention", ("aten::scaled_dot_product", "aten::_scaled_dot_product", "aten::_flash_attention")))
 
 
@@ -94,7 +95,8 @@ def decode_breakdown(model_dir: str | Path, rows: int, prompt_tokens: int, steps
     """Where the hf engine's generation time goes, at `rows` rows of `prompt_tokens` + `steps` tokens, in
     `dtype`, on `threads` torch threads: `HFEngine.generate` as the rollout actor runs it (with `sampler`;
     `model_dir`'s EOS must be unreachable, as bench_peer's copy makes it, so every row runs `steps` steps)
-    against its model's own work, the prefill and the decode steps through the same `KVDecoder` with nothing
+    (and again with plain `F.linear`, without the engine's packed weights), against its model's own work, the
+    prefill and the decode steps through the same `KVDecoder` with nothing
     else; the rest is the engine's per-step sampling and bookkeeping. One decode step's forward is split by
     torch's profiler into matmuls (the weights' one read: the bandwidth bound's part), attention, the other
     ops (norms, rotary, activations, copies), and what no op accounts for (Python and dispatch)."""
@@ -117,6 +119,15 @@ def decode_breakdown(model_dir: str | Path, rows: int, prompt_tokens: int, steps
         t0 = time.perf_counter()
         done = engine.generate(prompts, params)
         generate = time.perf_counter() - t0
+        # the same generate with plain `F.linear` (no packed weights), for the packing's own share
+        plain = HFEngine(str(model_dir), dtype=dtype, pack=False)
+        plain.generate(prompts, params)
+        t0 = time.perf_counter()
+        same = plain.generate(prompts, params)
+        plain_generate = time.perf_counter() - t0
+        if [c.token_ids for c in same] != [c.token_ids for c in done]:
+            raise ValueError("the packed engine sampled other tokens than the plain one")
+        del plain
         if any(len(c.token_ids) != steps for c in done):
             raise ValueError(f"{model_dir}: a row stopped before {steps} tokens (its EOS must be unreachable)")
         ids = torch.tensor(prompts)
@@ -146,7 +157,7 @@ def decode_breakdown(model_dir: str | Path, rows: int, prompt_tokens: int, steps
                 wall = time.perf_counter() - t
         parts = {"matmul": 0.0, "attention": 0.0, "other_ops": 0.0}
         for e in prof.key_averages():
-            if e.key.startswith("aten::"):  # self time of every op, each counted once
+            if e.key.startswith(("aten::", "mkldnn::")):  # self time of every op, each counted once
                 kind = next((k for k, names in _KINDS if e.key.startswith(names)), "other_ops")
                 parts[kind] += e.self_cpu_time_total / 1e6
         profiled = max(1, steps - 2)
@@ -154,7 +165,8 @@ def decode_breakdown(model_dir: str | Path, rows: int, prompt_tokens: int, steps
         per_step["python_and_dispatch"] = max(0.0, wall / profiled - sum(per_step.values()))
     finally:
         torch.set_num_threads(was)
-    return {"generate_s": generate, "prefill_s": prefill, "decode_s": decode, "steps": steps, "rows": rows,
+    return {"generate_s": generate, "plain_generate_s": plain_generate, "prefill_s": prefill, "decode_s": decode,
+            "steps": steps, "rows": rows,
             "engine_rest_s": generate - prefill - decode, "step_forward_s": decode / max(1, steps - 1),
             "step_parts_s": per_step, "threads": threads, "dtype": dtype}
 

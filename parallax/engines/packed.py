@@ -58,7 +58,7 @@ class PackedLinears:
     def __init__(self, model: torch.nn.Module, hint: int = 64):
         self.hint = hint
         self.on = True
-        self._packs: dict[int, tuple[tuple, torch.Tensor]] = {}  # id(layer) -> (weight key, packed weight)
+        self._packs: dict[torch.nn.Linear, tuple[tuple, torch.Tensor]] = {}  # layer -> (weight key, packed weight)
         self._checked: set[tuple] = set()  # (out, in, rows, bias) shapes whose packed product was verified
         self.layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
         for layer in self.layers:
@@ -73,31 +73,33 @@ class PackedLinears:
         return sum(p.numel() * p.element_size() for _, p in self._packs.values())
 
     def _forward_of(self, layer: torch.nn.Linear):
+        bf16 = torch.bfloat16
+
         def forward(x: torch.Tensor) -> torch.Tensor:
             w = layer.weight
-            if (not self.on or torch.is_grad_enabled() or x.dtype != torch.bfloat16 or w.dtype != torch.bfloat16
-                    or x.device.type != "cpu" or w.device.type != "cpu" or w.numel() == 0):
-                return F.linear(x, w, layer.bias)
-            return self._packed(layer, x)
+            if (self.on and x.dtype == bf16 and w.dtype == bf16 and x.is_cpu and w.is_cpu and w.numel()
+                    and not torch.is_grad_enabled()):
+                return self._packed(layer, w, x)
+            return F.linear(x, w, layer.bias)
 
         return forward
 
-    def _packed(self, layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-        w, bias = layer.weight, layer.bias
-        key = (w.data_ptr(), w._version, tuple(w.shape), None if bias is None else (bias.data_ptr(), bias._version))
-        entry = self._packs.get(id(layer))
+    def _packed(self, layer: torch.nn.Linear, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        bias = layer.bias
+        key = (w.data_ptr(), w._version) if bias is None else (w.data_ptr(), w._version, bias.data_ptr(), bias._version)
+        entry = self._packs.get(layer)
         if entry is None or entry[0] != key:
             entry = (key, torch.ops.mkldnn._reorder_linear_weight(w.detach(), self.hint))
-            self._packs[id(layer)] = entry
+            self._packs[layer] = entry
         out = _linear(x, entry[1], bias)
-        shape = (*w.shape, x.numel() // max(1, x.shape[-1]), bias is not None)
+        shape = (w.shape, x.numel() // x.shape[-1], bias is not None)
         if shape not in self._checked:
             plain = F.linear(x, w, bias)
             if out.shape != plain.shape or not torch.equal(out.view(torch.int16), plain.view(torch.int16)):
                 self.on = False
                 self.drop()
                 log.warning("packed bf16 linear differs from F.linear at weight %s x %d rows%s on this CPU: "
-                            "packing is off for this model", tuple(w.shape), shape[2], " with bias" * shape[3])
+                            "packing is off for this model", tuple(w.shape), shape[1], " with bias" * shape[2])
                 return plain
             self._checked.add(shape)
         return out

@@ -263,6 +263,7 @@ def test_bench_peer():
     dec = lim["decode"]
     assert dec["rows"] == prompts * generations and dec["steps"] == length, run.why()
     assert dec["generate_s"] > 0 and dec["decode_s"] > 0 and dec["step_parts_s"]["matmul"] > 0, run.why()
+    assert dec["plain_generate_s"] > 0, run.why("no generate without the packed weights")  # same tokens: checked there
 
 
 def test_bench_perturb(tiny_model_path):

@@ -54,6 +54,10 @@ class DataConfig:
     # Probability that a train problem's teacher trace is serial instead of parallel (a cold start
     # that forks only sometimes, as Parallel-SFT's 95.6% #Parallel): RL then can move #Parallel.
     teacher_serial: float = 0.0
+    # Where teacher_serial's coin falls: "problem" (once per train problem: every SFT draw of it shows the
+    # same form, so SFT over a small pool teaches a form per prompt) or "draw" (each time SFT draws it: the
+    # cold start forks on a problem as often as the teacher does, and RL's groups mix both forms).
+    teacher_serial_per: str = "problem"
     # Probabilities that a train problem's parallel traces fork late: after the whole serial solution
     # (a parallel verification), or after its first part (mid-solution); otherwise at the first token.
     # They give the first-<Parallel> position room to move (Parallel-R1 Figure 3).
@@ -95,6 +99,8 @@ class DataConfig:
                "teacher_verify + teacher_midfork must be at most 1, "
                f"got {self.teacher_verify} + {self.teacher_midfork}")
         _check(self.trace in ("serial", "parallel_r1", "parason"), "data.trace", f"unknown trace {self.trace!r}")
+        _check(self.teacher_serial_per in ("problem", "draw"), "data.teacher_serial_per",
+               f"must be problem or draw, got {self.teacher_serial_per!r}")
         _check(isinstance(self.fewshot, int) and not isinstance(self.fewshot, bool), "data.fewshot",
                f"must be an int (solved examples before each prompt), got {self.fewshot!r}")
         try:

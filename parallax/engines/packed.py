@@ -1,10 +1,11 @@
 """Prepacked bf16 weights for a CPU engine's linear layers: the same products, bit for bit, in less time.
 
-On CPU, torch hands a bf16 `F.linear` to oneDNN, whose AMX kernel wants the weight in a blocked layout
-and reorders it into one on every call. A decode step at 16 rows is mostly that: SmolLM2-135M's 211
-products took 25 ms a step plain and 16 ms from weights reordered once (`bench/limits.py` splits a step;
-docs/real_model.md has the figures). `PackedLinears` keeps each linear layer's weight reordered
-(`torch.ops.mkldnn._reorder_linear_weight`) and calls oneDNN's linear on it.
+On CPU, torch hands a bf16 `F.linear` to oneDNN's AMX kernel with the weight in its plain layout, every
+call. From weights reordered once into oneDNN's blocked layout (`torch.ops.mkldnn._reorder_linear_weight`,
+what inductor's CPU freezing does), SmolLM2-135M's 211 products of a decode step at 16 rows took 16 ms
+instead of 25 (`bench/limits.py` splits a step; bench/README.md has the figures). Reordering them all
+takes 75-90 ms, which every weight sync makes the engine pay again: it pays from about 15 decode steps a
+sync. `PackedLinears` keeps each linear layer's weight reordered and calls oneDNN's linear on it.
 
 What it must not do is change a token: the learner scores what the engine sampled, and the engines'
 weights are bit-equal to the learner's cast. So:

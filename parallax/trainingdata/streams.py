@@ -21,10 +21,11 @@ def load_problems(cfg: DataConfig) -> tuple[list, list]:
 
         from parallax import toyworld
 
+        per_problem = cfg.teacher_serial if cfg.teacher_serial_per == "problem" else 0.0  # else: per SFT draw
         return toyworld.make_splits(cfg.n_train, cfg.n_test, cfg.seed, toyworld.as_difficulty(cfg.difficulty),
                                     family=cfg.family,
                                     teacher_error=cfg.teacher_error, teacher_no_answer=cfg.teacher_no_answer,
-                                    teacher_serial=cfg.teacher_serial, r1_spec=replace(cfg.spec, name="parallel_r1"),
+                                    teacher_serial=per_problem, r1_spec=replace(cfg.spec, name="parallel_r1"),
                                     teacher_verify=cfg.teacher_verify, teacher_midfork=cfg.teacher_midfork)
     raise ValueError(f"data.source={cfg.source!r} is not available yet; valid: toyworld")
 
@@ -98,6 +99,18 @@ def _named_set(source: str) -> bool:
     from parallax.trainingdata.loaders import TRAJECTORY_SETS
 
     return source in TRAJECTORY_SETS
+
+
+def serial_draws(stream: Iterator[list], share: float, seed: int) -> Iterator[list]:
+    """`data.teacher_serial_per=draw`: each toy problem an SFT batch draws shows its serial trace as every
+    trace kind with probability `share`, a coin of its own per draw (deterministic per seed and position,
+    so a resumed run replays it), as `parallax.toyworld.generate` does once per problem otherwise."""
+    from dataclasses import replace
+
+    coins = random.Random(seed)
+    for batch in stream:
+        yield [replace(p, traces={k: p.traces["serial"] for k in p.traces}, teacher_serial=True, teacher_shape="fork")
+               if coins.random() < share else p for p in batch]
 
 
 def batches(items: list, size: int, seed: int) -> Iterator[list]:
@@ -202,6 +215,10 @@ class StageStreams:
             self._sizes[key] = len(items)
             # Each stage its own order: two RL stages on one pool must not replay the same prompts.
             self._streams[key] = batches(items, batch_size, zlib.crc32(f"{self.seed}/{stage.name}".encode()))
+            if (stage.kind == "sft" and (stage.data or self.cfg.source) == "toyworld"
+                    and self.cfg.teacher_serial_per == "draw" and self.cfg.teacher_serial > 0):
+                self._streams[key] = serial_draws(self._streams[key], self.cfg.teacher_serial,
+                                                  zlib.crc32(f"{self.seed}/{stage.name}/teacher_serial".encode()))
         self.consumed[key] = self.consumed.get(key, 0) + 1
         return next(self._streams[key])
 

@@ -78,3 +78,37 @@ def test_rl_holdout_keeps_rl_problems_out_of_sft():
     assert len(whole._items(sft)) == len(whole._items(rl)) == 2000
     with pytest.raises(ValueError, match="data.rl_holdout"):
         DataConfig(rl_holdout=1.0)
+
+
+def test_teacher_serial_per_draw_gives_each_problem_both_forms_in_sft():
+    """data.teacher_serial_per=draw: the coin falls at each SFT draw, not once per problem, so over the epochs
+    one problem shows its serial trace about teacher_serial of the time (per problem: always one form); RL's
+    prompts are untouched, and a second stream of the same seed (a resumed run) draws the same coins."""
+    from curricula.stage import Stage
+    from parallax.contract.config import DataConfig
+    from parallax.tinylm import build_tokenizer
+    from parallax.trainingdata.streams import StageStreams, load_problems
+
+    sft, rl = Stage("sft", "sft", 40), Stage("rl", "rl", 4)
+    cfg = {"n_train": 16, "n_test": 4, "teacher_serial": 0.5, "teacher_no_answer": 0.0}
+
+    def forms(per: str, seed: int = 0) -> dict[str, list[bool]]:
+        data = DataConfig(**cfg, teacher_serial_per=per)
+        train, _ = load_problems(data)
+        streams = StageStreams(data, train, build_tokenizer([p.prompt for p in train]), seed=seed)
+        seen: dict[str, list[bool]] = {}
+        for _ in range(40):  # 40 epochs of 16
+            for p in streams.next(sft, 16):
+                assert (p.traces["parason"] == p.traces["serial"]) == p.teacher_serial
+                seen.setdefault(p.uid, []).append(p.teacher_serial)
+        assert [q.uid for q in streams.next(rl, 4)]  # RL's prompts come from the same pool, unchanged
+        return seen
+
+    per_problem, per_draw = forms("problem"), forms("draw")
+    assert all(len(set(v)) == 1 for v in per_problem.values())  # one form per problem, every draw
+    assert 0 < sum(v[0] for v in per_problem.values()) < 16
+    shares = [sum(v) / len(v) for v in per_draw.values()]
+    assert len(shares) == 16 and all(0.2 <= s <= 0.8 for s in shares), shares  # both forms, about half each
+    assert forms("draw") == per_draw and forms("draw", seed=1) != per_draw
+    with pytest.raises(ValueError, match="data.teacher_serial_per"):
+        DataConfig(teacher_serial_per="epoch")

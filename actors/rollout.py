@@ -34,7 +34,7 @@ class RolloutWorker:
 
         torch.set_num_threads(cfg.torch_threads)
         self.cfg = cfg
-        extra = cfg.vllm.engine_kwargs() if cfg.engine == "vllm" else {}
+        extra = cfg.vllm.engine_kwargs() if cfg.engine == "vllm" else {"pack": cfg.pack_weights}
         if cfg.colocate and cfg.engine == "vllm":
             if not torch.cuda.is_available():
                 raise ValueError("rollout.colocate with rollout.engine=vllm needs CUDA: vLLM's CPU build has no sleep "

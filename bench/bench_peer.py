@@ -247,7 +247,7 @@ class ParallaxSide:
             f"rollout.dtype={args.rollout_dtype}", f"learner.zero_stage={args.zero_stage}",
             "learner.adam_impl=fused",  # TRL's AdamW is transformers' default, torch's fused kernel
             "rollout.weight_sync.cpu_handoff=true",  # the engine shares the learner's node: shared memory
-            f"rollout.sampler={SAMPLER}",
+            f"rollout.sampler={SAMPLER}", f"rollout.pack_weights={str(args.pack).lower()}",
         ]
         if args.engine == "vllm":  # the CPU build's settings (conf/rollout/vllm_cpu.yaml), then this run's
             overrides.insert(0, "rollout=vllm_cpu")
@@ -323,6 +323,8 @@ def table(results: dict[str, dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="tiny", help="tiny, or a packaged model (smollm2_135m)")
+    ap.add_argument("--no-pack", dest="pack", action="store_false",
+                    help="Parallax's hf engine on plain F.linear, no prepacked bf16 weights (rollout.pack_weights)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--generations", type=int, default=8)
     ap.add_argument("--completion-len", type=int, default=64)
@@ -409,7 +411,8 @@ def main() -> None:
         "trl_train_wall_s": round(trl["train_wall_s"], 2),
         "prompts": args.prompts, "generations": args.generations, "completion_len": args.completion_len,
         "window": args.window, "rounds": args.rounds, "warmup": args.warmup, "threads": args.threads, "lr": args.lr,
-        "bf16": args.bf16, "rollout_dtype": args.rollout_dtype, "engine": args.engine, "zero_stage": args.zero_stage,
+        "bf16": args.bf16, "rollout_dtype": args.rollout_dtype, "engine": args.engine, "pack_weights": args.pack,
+        "zero_stage": args.zero_stage,
         "cpu_count": os.cpu_count(), "loadavg": {k: [round(x, 2) for x in v] for k, v in load.items()},
     }
     if "piped" in results:

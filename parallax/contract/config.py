@@ -119,6 +119,9 @@ class RolloutConfig:
     # How the hf engine draws a token: multinomial (torch's) | inverse_cdf (the same distribution, a 14th of the
     # CPU at SmolLM2's vocabulary; other tokens from one seed): parallax.engines.sampling.draw. vLLM ignores it.
     sampler: str = "multinomial"
+    # The hf engine in bf16 on CPU runs its linear layers on weights prepacked for oneDNN: bit-equal tokens,
+    # a faster decode step, the weights' memory again, and a repack after every sync (parallax.engines.packed).
+    pack_weights: bool = True
     max_new_tokens: int = 64
     # Prompts decoded together in one engine batch.
     max_batch_size: int = 256

@@ -323,8 +323,7 @@ def table(results: dict[str, dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="tiny", help="tiny, or a packaged model (smollm2_135m)")
-    ap.add_argument("--no-pack", dest="pack", action="store_false",
-                    help="Parallax's hf engine on plain F.linear, no prepacked bf16 weights (rollout.pack_weights)")
+    ap.add_argument("--no-pack", dest="pack", action="store_false", help="the hf engine on plain F.linear weights")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--generations", type=int, default=8)
     ap.add_argument("--completion-len", type=int, default=64)
@@ -412,8 +411,8 @@ def main() -> None:
         "prompts": args.prompts, "generations": args.generations, "completion_len": args.completion_len,
         "window": args.window, "rounds": args.rounds, "warmup": args.warmup, "threads": args.threads, "lr": args.lr,
         "bf16": args.bf16, "rollout_dtype": args.rollout_dtype, "engine": args.engine, "pack_weights": args.pack,
-        "zero_stage": args.zero_stage,
-        "cpu_count": os.cpu_count(), "loadavg": {k: [round(x, 2) for x in v] for k, v in load.items()},
+        "zero_stage": args.zero_stage, "cpu_count": os.cpu_count(),
+        "loadavg": {k: [round(x, 2) for x in v] for k, v in load.items()},
     }
     if "piped" in results:
         pp = results["piped"]
@@ -488,8 +487,8 @@ def phase_limits(args, base: Path, no_eos: Path, results: dict) -> dict:
         out["decode"]["step_parts_s"] = {k: round(v, 5) for k, v in parts.items()}
         lines.append(
             f"hf engine, {rows} rows x {length} tokens alone: generate {dec['generate_s']:.2f} s (plain F.linear "
-            f"{dec['plain_generate_s']:.2f} s) = prefill "
-            f"{dec['prefill_s']:.2f} + {length - 1} decode steps {dec['decode_s']:.2f} + sampling and the rest "
+            f"{dec['plain_generate_s']:.2f} s) = prefill {dec['prefill_s']:.2f} + {length - 1} decode steps "
+            f"{dec['decode_s']:.2f} + sampling and the rest "
             f"{dec['engine_rest_s']:.2f}; a decode step {dec['step_forward_s'] * 1e3:.1f} ms against its "
             f"bandwidth bound {step_bound * 1e3:.1f} ms: " + ", ".join(
                 f"{k.replace('_', ' ')} {v * 1e3:.1f}" for k, v in parts.items()) + " ms")

@@ -120,6 +120,9 @@ class KVDecoder:
         self.config = getattr(model, "module", model).config
         self.device = next(model.parameters()).device
         self.fast = self.config._attn_implementation == "sdpa" and self.device.type == "cpu"
+        # the prefill's logits on the last position only: the head over every prompt position was a third of
+        # SmolLM2's prefill
+        self._keep = {"logits_to_keep": 1} if _keeps_logits(model) else {}
         if self.fast:
             _register()
         self.cache: Cache | None = None
@@ -146,10 +149,8 @@ class KVDecoder:
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """ids, mask (1 on real tokens), positions: [R, P] on the model's device; last logits [R, V]."""
         cache = Cache(layer_class_to_replicate=GrowingLayer) if self.fast else None
-        # only the last position's logits: the head over every prompt position was a third of SmolLM2's prefill
-        keep = {"logits_to_keep": 1} if _keeps_logits(self.model) else {}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                         past_key_values=cache, use_cache=True, **keep)
+                         past_key_values=cache, use_cache=True, **self._keep)
         self.cache = out.past_key_values
         self._set_mask(mask)
         return out.logits[:, -1, :].float()

@@ -127,7 +127,6 @@ class HFEngine:
             p.data = saved.to(self.device) if isinstance(saved, torch.Tensor) else torch.empty(
                 saved, dtype=p.dtype, device=self.device)
         self._asleep = None
-        self._weights_changed()
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams, limits: list[int] | None = None,

@@ -145,8 +145,6 @@ def _stream(
         serial = teacher_serial > 0 and serials.random() < teacher_serial
         shape = _shape(shapes, teacher_verify, teacher_midfork)
         traces = render_all(flawed(sol, slips) if slip else sol, answer_line=not drop, r1_spec=r1_spec, shape=shape)
-        if serial:
-            traces = {kind: traces["serial"] for kind in traces}
         problem = Problem(
             uid=f"{tag}-{i}",
             family=fam,
@@ -156,10 +154,11 @@ def _stream(
             traces=traces,
             teacher_flawed=slip,
             teacher_no_answer=drop,
-            teacher_serial=serial,
-            teacher_shape="fork" if serial else shape,
+            teacher_shape=shape,
             key=sol.key,
         )
+        if serial:
+            problem = problem.as_serial()
         yield problem, sol.key
         i += 1
 

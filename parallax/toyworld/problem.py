@@ -8,7 +8,7 @@ the same content and the same final answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 __all__ = ["FAMILIES", "MAX_DIFFICULTY", "TRACE_KINDS", "Part", "Problem", "Solution"]
 
@@ -60,6 +60,11 @@ class Problem:
     #: The problem's identity up to reordering (:attr:`Solution.key`): ``3*4+5*6`` and ``6*5+4*3`` share
     #: one.  Splits use it (no test problem in train; ``data.rl_holdout`` keeps RL's problems out of SFT).
     key: tuple = ()
+
+    def as_serial(self) -> Problem:
+        """This problem as a teacher that did not fork on it shows it: every trace kind its serial trace."""
+        return replace(self, traces={kind: self.traces["serial"] for kind in self.traces}, teacher_serial=True,
+                       teacher_shape="fork")
 
 
 @dataclass(frozen=True)

@@ -105,12 +105,9 @@ def serial_draws(stream: Iterator[list], share: float, seed: int) -> Iterator[li
     """`data.teacher_serial_per=draw`: each toy problem an SFT batch draws shows its serial trace as every
     trace kind with probability `share`, a coin of its own per draw (deterministic per seed and position,
     so a resumed run replays it), as `parallax.toyworld.generate` does once per problem otherwise."""
-    from dataclasses import replace
-
     coins = random.Random(seed)
     for batch in stream:
-        yield [replace(p, traces={k: p.traces["serial"] for k in p.traces}, teacher_serial=True, teacher_shape="fork")
-               if coins.random() < share else p for p in batch]
+        yield [p.as_serial() if coins.random() < share else p for p in batch]
 
 
 def batches(items: list, size: int, seed: int) -> Iterator[list]:

@@ -75,8 +75,8 @@ def test_cpu_scale_composes_and_is_small(name):
     cur = cfg.curriculum.build(cfg.reward)
     assert cfg.model.path is None and cfg.rollout.engine == "hf"  # the tiny model, on CPU
     # Small enough for a CPU: RL steps (~3 s each) stay few; an SFT warm start (~0.4 s a step of 64) may
-    # run to 1,200 steps: the tiny model needs ~600 for the arithmetic, and parason_pa_grpo 1,200 for its
-    # forks to be as accurate as its serial answers (docs/results.md, "Parason's effect").
+    # run to 1,200 steps: the tiny model needs ~600 for the arithmetic, and the Parason worlds 1,200 for
+    # their forks to be as accurate as their serial answers (docs/results.md, "Parason's effect").
     assert sum(s.steps for s in cur.stages if s.kind == "rl") <= 120
     assert all(s.steps <= 1200 for s in cur.stages if s.kind == "sft")
     assert all(s.data is None for s in cur.stages)  # the run's toy data

@@ -347,9 +347,16 @@ class RunCheckpoints:
         log(f"resume=auto: {self.mirror.uri} has no checkpoint yet; starting from the beginning")
         return None
 
+    @property
+    def off(self) -> bool:
+        """`trainer.save_every=-1`: this run writes no checkpoint at all."""
+        return self.tcfg.save_every < 0
+
     def due(self, step: int) -> bool:
         """Whether to save after `step` steps."""
         every, minutes = self.tcfg.save_every, self.tcfg.save_every_min
+        if self.off:
+            return False
         return bool(self.lost(step) or (every and step % every == 0)
                     or (minutes and time.monotonic() - self.saved_at >= 60 * minutes))
 
@@ -373,7 +380,7 @@ class RunCheckpoints:
         (`checkpoint_bytes`), times how many are on disk at once (`keep_checkpoints` + 1 while the
         newest is written; all of them with 0), less those already there. None: it fits, or unknown."""
         params = count_parameters(Path(model_path)) if Path(model_path).is_dir() else None
-        if params is None or self.direct:  # unknown, or nothing lands on this disk
+        if params is None or self.direct or self.off:  # unknown, or nothing lands on this disk
             return None
         per = checkpoint_bytes(params, cfg.model.dtype, cfg.learner.lora.r > 0)
         start = read_state(resumed).get("global_step", 0) if resumed else 0

@@ -243,7 +243,8 @@ class Trainer:
             self.logger.log(metrics, self.curriculum.global_step, advance=False)
             self.stage_table.append({"stage": stage.name, **{k: v for k, v in metrics.items()
                                                              if in_table(k)}})
-        self.save()
+        if not self.ckpts.off:
+            self.save()
 
     def save(self) -> Path | str:
         def driver_files(d: Path) -> None:  # beside rank 0's model/, so the checkpoint loads as a model
@@ -263,6 +264,10 @@ class Trainer:
         """A stop signal arrived (orchestrator/stops.py): save the last finished step unless it is saved,
         verify it, and end the run with the command that continues it (`Preempted`)."""
         step = self.curriculum.global_step
+        if self.ckpts.off:
+            self.stops.saved = True
+            raise Preempted(f"{self.stops.requested}, {step} steps done, {self.stops.elapsed():.1f} s after the "
+                            "signal: no checkpoint written (trainer.save_every=-1), so the run cannot be continued")
         if step and (self.newest is None or not str(self.newest).endswith(f"step_{step:06d}")):
             self.ckpts.verify(self.save())
             saved = f"checkpoint {self.newest} written and verified"

@@ -240,7 +240,8 @@ class TrainerConfig:
     # ([gsm8k, math500, aime24, aime25, amc23]), each its first `eval_limit` problems, in the run's prompt.
     eval_data: list[str] = field(default_factory=list)
     eval_limit: int = 64
-    # Save a checkpoint every N steps (0: only at the end of each stage).
+    # Save a checkpoint every N steps (0: only at the end of each stage; -1: never, not even at a stage's end or
+    # on a stop signal -- a run that cannot be resumed, for smoke runs and sweeps that keep only their metrics).
     save_every: int = 0
     # Also save once this many minutes have passed since the last save (0: off), so a lost run costs
     # minutes, not a stage, whatever a step takes.

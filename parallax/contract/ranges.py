@@ -104,7 +104,7 @@ RANGES: dict[str, Range] = {
     # trainer
     "trainer.sft_batch_size": COUNT, "trainer.prompts_per_step": COUNT, "trainer.eval_samples": NONNEG,
     "trainer.eval_budgets.*": COUNT, "trainer.eval_every": NONNEG, "trainer.eval_limit": COUNT,
-    "trainer.save_every": NONNEG, "trainer.save_every_min": NONNEG, "trainer.keep_checkpoints": NONNEG,
+    "trainer.save_every": ge(-1), "trainer.save_every_min": NONNEG, "trainer.keep_checkpoints": NONNEG,
     "trainer.seed": SEED,
     "trainer.max_failures": NONNEG, "trainer.max_staleness": NONNEG, "trainer.dynamic_sampling_rounds": NONNEG,
     # curriculum

@@ -69,7 +69,9 @@ def smoke_run(tmp_path_factory) -> SmokeRun:
            "data.n_train=64", "logging.table_every=2", "logging.table_rows=3",
            "logging.progress_bar=true", f"cluster.metrics_export_port={port}", "cluster.include_dashboard=true",
            "learner.num_actors=2", "rollout.colocate=true", "rollout.num_actors=2", "rollout.sleep_level=2",
-           f"hydra.run.dir={run_dir}"]
+           # held out: 2 samples a problem, no greedy one (the readers check the rows, not a figure's noise):
+           # each of the three evaluations ~2 s instead of ~8
+           "trainer.eval_samples=2", "trainer.eval_greedy=false", f"hydra.run.dir={run_dir}"]
     # the run's output goes to files: a pipe nobody reads until the end would stop the run once it filled
     out_path, err_path = run_dir.parent / "stdout.txt", run_dir.parent / "stderr.txt"
     before = shm_files()

@@ -123,11 +123,12 @@ def test_paper_experiment_runs_every_stage_at_mini_scale(tmp_path, name, ray_hea
     run_dir = tmp_path / "run"
     checkout = _clean_checkout(tmp_path / "checkout")
     # one SFT row and one prompt (x 2 samples) a step: the same stages and paths at half the SmolLM2 compute
-    # (an SFT step of two real rows is ~17 s on 2 cores)
+    # (an SFT step of two real rows is ~17 s on 2 cores); no checkpoint (a SmolLM2 one is 1.6 GB, ~10 s to
+    # write: the checkpoints a learner rank uploads are tests/e2e/test_real_model.py's)
     address, head_temp = ray_head
     cmd = _ray("job", "submit", "--address", address, "--runtime-env", "cluster/runtime_env.yaml", "--",
                sys.executable, "-m", "orchestrator", f"+experiment={name}", "+scale=mini", "scale.max_sft_batch=1",
-               "scale.max_prompts=1", f"hydra.run.dir={run_dir}", "logging.progress_bar=false",
+               "scale.max_prompts=1", "trainer.save_every=-1", f"hydra.run.dir={run_dir}", "logging.progress_bar=false",
                "logging.wandb_mode=disabled", "cluster.address=auto", "cluster.shared_fs=false")
     out = subprocess.run(cmd, cwd=checkout, env=_submitter(), capture_output=True, text=True, timeout=1500,
                          check=False)
@@ -150,6 +151,7 @@ def test_paper_experiment_runs_every_stage_at_mini_scale(tmp_path, name, ray_hea
         assert {"accuracy", "tiered"} <= rewards  # the S2 alternation, shrunk: accuracy, then tiered
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [r["stage"] for r in summary["stages"]] == ["init", *names]  # evaluated before and after each
+    assert summary["checkpoints"] == [] and not list(run_dir.glob("checkpoints/step_*"))  # trainer.save_every=-1
     assert any("eval/gsm8k/mean@1" in m for m in metrics)  # held out on real GSM8K problems
     _is_the_real_model_on_real_data(run_dir, metrics)
     # SmolLM2 rarely solves a DAPO problem in 32 tokens: an update whose every advantage is 0 changes

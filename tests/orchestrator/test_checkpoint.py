@@ -218,3 +218,20 @@ def test_a_vanished_checkpoint_directory_is_said_and_handled(tmp_path, capsys, p
     else:
         assert ckpts.due(5) is True  # the loop saves at once
         assert "step_000002 is gone" in capsys.readouterr().out
+
+
+def test_save_every_minus_one_saves_nothing_and_plans_no_disk(tmp_path):
+    """trainer.save_every=-1: no save falls due, not by the clock either (and `step % -1` is 0 for every step).
+    That a stage's end saves nothing either, the paper experiment at mini scale shows (tests/e2e/test_paper_mini.py).
+    Below -1 the config check refuses it."""
+    from orchestrator.checkpoint import RunCheckpoints
+    from parallax.contract.config import ParallaxConfig, TrainerConfig
+    from parallax.contract.ranges import check_ranges
+
+    ckpts = RunCheckpoints(TrainerConfig(save_every=-1, save_every_min=1e-9), _run(tmp_path, steps=(2,)))
+    assert ckpts.off and not any(ckpts.due(s) for s in range(1, 9))
+    assert not RunCheckpoints(TrainerConfig(save_every=0), tmp_path / "b").off
+    cfg = ParallaxConfig()
+    cfg.trainer.save_every = -2
+    with pytest.raises(ValueError, match="trainer.save_every"):
+        check_ranges(cfg)

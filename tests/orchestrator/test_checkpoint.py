@@ -235,3 +235,26 @@ def test_save_every_minus_one_saves_nothing_and_plans_no_disk(tmp_path):
     cfg.trainer.save_every = -2
     with pytest.raises(ValueError, match="trainer.save_every"):
         check_ranges(cfg)
+
+
+def test_a_stop_signal_under_save_every_minus_one_writes_nothing_and_says_so(tmp_path):
+    """The driver's answer to SIGTERM (Trainer.stop_here) with no checkpoints asked for: nothing is written, the
+    watchdog is told the driver is done saving, and the message says the run cannot be continued (instead of
+    a resume command that would start it over)."""
+    import time
+    from types import SimpleNamespace
+
+    from orchestrator.checkpoint import RunCheckpoints
+    from orchestrator.stops import Preempted, StopSignals
+    from orchestrator.trainer import Trainer
+    from parallax.contract.config import TrainerConfig
+
+    run = tmp_path / "run"
+    trainer = Trainer.__new__(Trainer)  # the driver's state stop_here reads, no actors
+    trainer.curriculum, trainer.newest = SimpleNamespace(global_step=5), None
+    trainer.ckpts = RunCheckpoints(TrainerConfig(save_every=-1), run)
+    trainer.stops = StopSignals(60.0, inert=True)
+    trainer.stops.requested, trainer.stops.at = "SIGTERM", time.monotonic()
+    with pytest.raises(Preempted, match=r"^SIGTERM, 5 steps done, .* no checkpoint written \(trainer.save_every=-1\)"):
+        trainer.stop_here()
+    assert trainer.stops.saved and not list(run.glob("checkpoints/step_*"))

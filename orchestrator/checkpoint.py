@@ -354,9 +354,9 @@ class RunCheckpoints:
 
     def due(self, step: int) -> bool:
         """Whether to save after `step` steps."""
-        every, minutes = self.tcfg.save_every, self.tcfg.save_every_min
         if self.off:
             return False
+        every, minutes = self.tcfg.save_every, self.tcfg.save_every_min
         return bool(self.lost(step) or (every and step % every == 0)
                     or (minutes and time.monotonic() - self.saved_at >= 60 * minutes))
 

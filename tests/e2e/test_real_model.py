@@ -1,7 +1,7 @@
 """A real model learns the parallel format: SmolLM2-135M-Instruct (its PyPI package) through the cold start
 of `+experiment=smollm2_parallel`, held out on toy problems it never saw, after SFT. Before SFT it never forks
 (the tags are new embedding rows) and seldom answers: #Parallel 0.000 and answered 0.031 on these 32 samples,
-with this test's overrides and trainer.eval_init=true (2026-12-08). That evaluation costs ~15 s of CI, since the
+with this test's overrides and trainer.eval_init=true (2026-12-08). That evaluation costs ~12 s of CI, since the
 untrained model's samples run to the token limit, so the test leaves it out and asserts against those figures.
 
 The format tags are new embedding rows; without `learner.sft_tag_lr_mult` the same SFT leaves them at

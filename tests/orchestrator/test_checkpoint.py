@@ -220,7 +220,7 @@ def test_a_vanished_checkpoint_directory_is_said_and_handled(tmp_path, capsys, p
         assert "step_000002 is gone" in capsys.readouterr().out
 
 
-def test_save_every_minus_one_saves_nothing_and_plans_no_disk(tmp_path):
+def test_save_every_minus_one_lets_no_save_fall_due(tmp_path):
     """trainer.save_every=-1: no save falls due, not by the clock either (and `step % -1` is 0 for every step).
     That a stage's end saves nothing either, the paper experiment at mini scale shows (tests/e2e/test_paper_mini.py).
     Below -1 the config check refuses it."""
